@@ -1,0 +1,1 @@
+"""Built-in environments, one folder each (env.py, README.md, fixtures, tests)."""

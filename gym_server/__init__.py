@@ -1,0 +1,25 @@
+"""gym-server: sandboxed multi-turn tool environments and verifiers over HTTP for RL of LLM agents.
+
+The names below are the SDK promised to environment authors; everything else is internal.
+"""
+
+from gym_server.errors import GymError
+from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
+from gym_server.sdk.registry import Registry
+from gym_server.sdk.tasks import Dataset, Task
+from gym_server.sdk.tools import ToolError, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Dataset",
+    "Environment",
+    "GymError",
+    "Registry",
+    "StepOutcome",
+    "Task",
+    "ToolError",
+    "VerifyResult",
+    "__version__",
+    "tool",
+]

@@ -1,0 +1,1 @@
+"""HTTP API: one router per resource, problem+json errors, dependencies."""

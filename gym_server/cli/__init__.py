@@ -1,0 +1,1 @@
+"""The `gym-server` command line: one module per command group."""

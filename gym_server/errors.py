@@ -1,0 +1,215 @@
+"""Every error the gym raises on purpose, and the HTTP problem each one becomes.
+
+Domain code raises these; `gym_server.api.errors` renders any of them as an RFC 9457
+`application/problem+json` body in one place, so no route builds an error response by hand and no
+client ever sees a traceback. The tree::
+
+    GymError (500 internal)
+    ├── NotFoundError (404)
+    │   ├── EnvironmentNotFound
+    │   ├── TaskNotFound
+    │   ├── SessionNotFound
+    │   └── RolloutNotFound
+    ├── SessionFinished (409)
+    ├── SessionExpired (410)
+    ├── PayloadTooLarge (413)
+    ├── InvalidRequest (422)
+    ├── AtCapacity (429, Retry-After)
+    ├── BackendUnavailable (503)
+    │   ├── StoreUnavailable
+    │   └── SandboxUnavailable
+    └── EnvironmentDefinitionError (500, raised at registration for a broken environment class)
+
+A model's bad tool call is never one of these: it becomes a tool message the model reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AtCapacity",
+    "BackendUnavailable",
+    "EnvironmentDefinitionError",
+    "EnvironmentNotFound",
+    "GymError",
+    "InvalidRequest",
+    "NotFoundError",
+    "PayloadTooLarge",
+    "RolloutNotFound",
+    "SandboxUnavailable",
+    "SessionExpired",
+    "SessionFinished",
+    "SessionNotFound",
+    "StoreUnavailable",
+    "TaskNotFound",
+]
+
+
+class GymError(Exception):
+    """Base of every deliberate gym error; carries what its problem+json rendering needs."""
+
+    status: ClassVar[int] = 500
+    slug: ClassVar[str] = "internal"
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.detail!r})"
+
+
+class NotFoundError(GymError):
+    """A named resource does not exist."""
+
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class EnvironmentNotFound(NotFoundError):
+    """No registered environment has this name."""
+
+    slug = "environment-not-found"
+    title = "Unknown environment"
+
+    def __init__(self, env: str, known: list[str] | None = None) -> None:
+        hint = f"; known environments: {', '.join(sorted(known))}" if known else ""
+        super().__init__(f"no environment named {env!r}{hint}", env=env)
+
+
+class TaskNotFound(NotFoundError):
+    """The environment's datasets hold no task with this id."""
+
+    slug = "task-not-found"
+    title = "Unknown task"
+
+    def __init__(self, env: str, task_id: str) -> None:
+        super().__init__(f"environment {env!r} has no task {task_id!r}", env=env, task_id=task_id)
+
+
+class SessionNotFound(NotFoundError):
+    """No session with this id was ever opened on this server (or it was closed long ago)."""
+
+    slug = "session-not-found"
+    title = "Unknown session"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}", session_id=session_id)
+
+
+class RolloutNotFound(NotFoundError):
+    """No stored trajectory has this id."""
+
+    slug = "rollout-not-found"
+    title = "Unknown rollout"
+
+    def __init__(self, rollout_id: str) -> None:
+        super().__init__(f"no stored rollout {rollout_id!r}", rollout_id=rollout_id)
+
+
+class SessionFinished(GymError):
+    """A step arrived for an episode that is already done; verify, get or close it instead."""
+
+    status = 409
+    slug = "session-finished"
+    title = "Session finished"
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is finished ({reason}); call verify, GET or DELETE instead of step",
+            session_id=session_id,
+            reason=reason,
+        )
+
+
+class SessionExpired(GymError):
+    """The session sat idle past its TTL and was reaped; its trajectory is stored."""
+
+    status = 410
+    slug = "session-expired"
+    title = "Session expired"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} expired after its idle TTL; its trajectory is stored, start a new session",
+            session_id=session_id,
+        )
+
+
+class PayloadTooLarge(GymError):
+    """A request body is over the configured limit."""
+
+    status = 413
+    slug = "payload-too-large"
+    title = "Payload too large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"request body of {size} bytes is over the limit of {limit} bytes", size=size, limit=limit)
+
+
+class InvalidRequest(GymError):
+    """The request is well-formed JSON but not a valid message, task or parameter set."""
+
+    status = 422
+    slug = "invalid-request"
+    title = "Invalid request"
+
+
+class AtCapacity(GymError):
+    """The server holds as many live sessions as it may; retry after the hinted delay."""
+
+    status = 429
+    slug = "at-capacity"
+    title = "At capacity"
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"the server holds its maximum of {limit} live sessions; retry in {retry_after_s} s",
+            limit=limit,
+        )
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class BackendUnavailable(GymError):
+    """A backend the request needs (database, sandbox engine) does not answer."""
+
+    status = 503
+    slug = "backend-unavailable"
+    title = "Backend unavailable"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "5"}
+
+
+class StoreUnavailable(BackendUnavailable):
+    """The trajectory database does not answer."""
+
+    slug = "store-unavailable"
+    title = "Trajectory store unavailable"
+
+
+class SandboxUnavailable(BackendUnavailable):
+    """No sandbox backend can run code right now."""
+
+    slug = "sandbox-unavailable"
+    title = "Sandbox unavailable"
+
+
+class EnvironmentDefinitionError(GymError):
+    """An environment class is malformed (bad tool name, missing name, unreadable dataset)."""
+
+    slug = "environment-definition"
+    title = "Broken environment definition"

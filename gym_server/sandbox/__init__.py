@@ -1,0 +1,1 @@
+"""Sandboxes for model-written code: one protocol, one module per backend."""

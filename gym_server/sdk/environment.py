@@ -1,0 +1,246 @@
+"""The `Environment` base class: what an environment author writes, and the turn engine around it.
+
+An environment instance lives for one episode. The server builds it from a task and a seed, calls
+`reset()` for the opening messages, `step()` once per assistant message, `verify()` for the reward and
+`close()` at the end. Authors usually write tools (`@tool` methods), a `verify()`, and perhaps `setup()`
+for per-episode state or `respond()` for user turns; the engine here handles tool dispatch, tool-call
+ids, turn counting and the end of the episode, identically for the HTTP server, replayed stateless
+verification and the CLI's `play`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import random
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym_server.errors import EnvironmentDefinitionError
+from gym_server.sdk.messages import tool_message
+from gym_server.sdk.tasks import Dataset, Task
+from gym_server.sdk.tools import ToolSpec
+
+__all__ = ["Environment", "StepOutcome", "VerifyResult"]
+
+
+class VerifyResult(BaseModel):
+    """A reward with its named components; `failure` marks a score that must not be trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float
+    components: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+    failure: str | None = Field(None, description="failure class, e.g. judge_failed or verify_timeout")
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What one assistant message produced."""
+
+    messages: list[dict[str, Any]]
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment:
+    """Base class of every environment. Subclass it, name it, give it tools and a verifier.
+
+    Example:
+        ```python
+        from gym_server import Environment, VerifyResult, tool
+
+        class Echo(Environment):
+            name = "echo"
+            description = "Say the secret word back."
+
+            @tool
+            async def secret(self) -> str:
+                \"\"\"Return the secret word.\"\"\"
+                return str(self.task.answer)
+
+            async def verify(self) -> VerifyResult:
+                said = self.final_answer().strip()
+                return VerifyResult(reward=float(said == self.task.answer))
+        ```
+
+    Class attributes:
+        name: the catalog name, also the default dataset folder under `datasets/`.
+        description: one line for the catalog.
+        multi_turn: whether episodes take more than one assistant turn.
+        max_turns: assistant turns before the episode ends with failure `max_turns` (None: server limit).
+        dataset_name: dataset folder when it differs from `name`.
+        system_prompt: an optional system message opening every episode.
+        verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    multi_turn: ClassVar[bool] = True
+    max_turns: ClassVar[int | None] = None
+    dataset_name: ClassVar[str | None] = None
+    system_prompt: ClassVar[str | None] = None
+    verifier_version: ClassVar[str | None] = None
+    tool_specs: ClassVar[dict[str, ToolSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        specs: dict[str, ToolSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for attribute in vars(klass).values():
+                spec = getattr(attribute, "__gym_tool__", None)
+                if isinstance(spec, ToolSpec):
+                    specs[spec.name] = spec
+        cls.tool_specs = specs
+
+    def __init__(self, task: Task, seed: int | None = None) -> None:
+        self.task = task
+        self.seed = seed
+        # Seeding from a string is stable across processes (it goes through SHA-512), unlike hash().
+        self.rng = random.Random(f"{task.id}\x00{seed}")
+        self.messages: list[dict[str, Any]] = []
+        self.turns = 0
+        self.done = False
+        self.done_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(task={self.task.id!r}, seed={self.seed!r}, turns={self.turns})"
+
+    # -- what authors override -------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Build per-episode state from `self.task` and `self.rng`. Runs inside `reset()`."""
+
+    def opening_messages(self) -> list[dict[str, Any]]:
+        """The messages the episode starts with: the system prompt, then the task's prompt."""
+        opening: list[dict[str, Any]] = []
+        if self.system_prompt:
+            opening.append({"role": "system", "content": self.system_prompt})
+        if isinstance(self.task.prompt, str):
+            opening.append({"role": "user", "content": self.task.prompt})
+        else:
+            opening.extend(dict(message) for message in self.task.prompt)
+        return opening
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tool schemas offered in this episode (OpenAI function format)."""
+        return [spec.schema() for spec in self.tool_specs.values()]
+
+    async def on_assistant(self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int) -> list[
+        dict[str, Any]
+    ]:
+        """Answer one assistant message: run its tool calls, or hand a plain reply to `respond()`."""
+        calls = message.get("tool_calls") or []
+        if calls:
+            return await self.run_tool_calls(calls, tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls)
+        return await self.respond(message)
+
+    async def respond(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """Answer an assistant message without tool calls. By default it is the final answer: the episode ends.
+
+        A multi-turn environment with a simulated user returns user messages here instead.
+        """
+        self.finish("answered")
+        return []
+
+    async def verify(self) -> VerifyResult:
+        """Score the episode so far. Every environment must implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement verify()")
+
+    async def close(self) -> None:
+        """Release what the episode holds (a sandbox, files). Called exactly once."""
+
+    # -- the engine ------------------------------------------------------------------------------
+
+    async def reset(self) -> list[dict[str, Any]]:
+        """Start the episode; returns the opening messages (also the start of the transcript)."""
+        await self.setup()
+        opening = self.opening_messages()
+        self.messages = [dict(message) for message in opening]
+        return opening
+
+    async def step(
+        self, message: dict[str, Any], *, tool_timeout_s: float = 30.0, max_tool_calls: int = 32
+    ) -> StepOutcome:
+        """Take one assistant message (a plain dict in OpenAI form) and return the environment's replies."""
+        if self.done:
+            raise RuntimeError("step() on a finished episode")
+        self.turns += 1
+        for index, call in enumerate(message.get("tool_calls") or []):
+            if not call.get("id"):
+                call["id"] = f"call_{self.turns}_{index}"
+        self.messages.append(message)
+        replies = await self.on_assistant(message, tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls)
+        self.messages.extend(replies)
+        return StepOutcome(messages=replies, done=self.done, info={"turn": self.turns})
+
+    async def run_tool_calls(
+        self, calls: list[dict[str, Any]], *, tool_timeout_s: float, max_tool_calls: int
+    ) -> list[dict[str, Any]]:
+        """Run tool calls in order; every call gets exactly one tool message back."""
+        replies: list[dict[str, Any]] = []
+        for index, call in enumerate(calls):
+            function = call.get("function") or {}
+            name = str(function.get("name", ""))
+            spec = self.tool_specs.get(name)
+            if index >= max_tool_calls:
+                text = f"Error: not executed; at most {max_tool_calls} tool calls run per turn."
+            elif spec is None:
+                known = ", ".join(sorted(self.tool_specs)) or "none"
+                text = f"Error: unknown tool {name[:80]!r}; available tools: {known}."
+            else:
+                text, _ = await spec.invoke(self, function.get("arguments", "{}"), tool_timeout_s)
+            replies.append(tool_message(str(call["id"]), name[:256], text))
+        return replies
+
+    def finish(self, reason: str = "completed") -> None:
+        """End the episode (a `submit` tool calls this). The reason is recorded with the trajectory."""
+        if not self.done:
+            self.done = True
+            self.done_reason = reason
+
+    def final_answer(self) -> str:
+        """The content of the last assistant message, or '' when there is none."""
+        for message in reversed(self.messages):
+            if message.get("role") == "assistant":
+                return str(message.get("content") or "")
+        return ""
+
+    # -- class-level facts -----------------------------------------------------------------------
+
+    @classmethod
+    def dataset(cls) -> Dataset:
+        """The JSONL dataset behind this environment (cached per class)."""
+        cached = cls.__dict__.get("_dataset_cache")
+        if not isinstance(cached, Dataset):
+            cached = Dataset(cls.dataset_name or cls.name)
+            cls._dataset_cache = cached  # type: ignore[attr-defined]
+        return cached
+
+    @classmethod
+    def catalog_tools(cls) -> list[dict[str, Any]]:
+        """Tool schemas shown in the catalog; environments whose tools vary by task may override."""
+        return [spec.schema() for spec in cls.tool_specs.values()]
+
+    @classmethod
+    def resolved_verifier_version(cls) -> str:
+        if cls.verifier_version:
+            return cls.verifier_version
+        try:
+            source = inspect.getsource(cls.verify)
+        except (OSError, TypeError):
+            source = cls.verify.__qualname__
+        return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+    @classmethod
+    def check_definition(cls) -> None:
+        """Fail loudly at registration, not at the first episode, when a class is malformed."""
+        if not cls.name:
+            raise EnvironmentDefinitionError(f"{cls.__qualname__} has no `name`")
+        if cls.verify is Environment.verify:
+            raise EnvironmentDefinitionError(f"environment {cls.name!r} does not implement verify()")
+        if cls.max_turns is not None and cls.max_turns < 1:
+            raise EnvironmentDefinitionError(f"environment {cls.name!r}: max_turns must be at least 1")

@@ -1,0 +1,144 @@
+"""Finding environments: built-in and third-party alike, through the `gym_server.environments` entry points.
+
+An entry point names either an `Environment` subclass or a zero-argument callable returning several
+(how a family such as `reasoning_gym/<task>` registers). Each registered environment gets a version:
+a content hash of its code folder and its dataset files, stored with every trajectory so a score can
+always be traced to the exact environment that produced it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from gym_server.errors import EnvironmentDefinitionError, EnvironmentNotFound, TaskNotFound
+from gym_server.sdk.environment import Environment
+from gym_server.sdk.tasks import Dataset, Task
+
+__all__ = ["ENTRY_POINT_GROUP", "EnvironmentEntry", "Registry", "content_hash"]
+
+ENTRY_POINT_GROUP = "gym_server.environments"
+ENV_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-.]*(/[a-z0-9][a-z0-9_\-.]*)?$")
+_HASHED_SUFFIXES = {".py", ".jsonl", ".json", ".md", ".txt", ".csv", ".yaml"}
+
+log = logging.getLogger(__name__)
+
+
+def content_hash(paths: Iterable[Path]) -> str:
+    """A short SHA-256 over the given files (and folders, recursively), independent of their mtime."""
+    digest = hashlib.sha256()
+    files: set[Path] = set()
+    for path in paths:
+        if path.is_dir():
+            files.update(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and p.suffix in _HASHED_SUFFIXES and "__pycache__" not in p.parts
+            )
+        elif path.is_file():
+            files.add(path)
+    for file in sorted(files):
+        digest.update(file.name.encode())
+        digest.update(b"\0")
+        digest.update(file.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class EnvironmentEntry:
+    """A registered environment class with its derived facts."""
+
+    cls: type[Environment]
+
+    @property
+    def name(self) -> str:
+        return self.cls.name
+
+    @property
+    def dataset(self) -> Dataset:
+        return self.cls.dataset()
+
+    @cached_property
+    def version(self) -> str:
+        source = Path(inspect.getfile(self.cls))
+        # An environment in its own folder (environments/<name>/env.py) is versioned by the whole folder.
+        code = source.parent if source.name == "env.py" else source
+        return content_hash([code, *self.dataset.files()])
+
+    @cached_property
+    def verifier_version(self) -> str:
+        return self.cls.resolved_verifier_version()
+
+    def task(self, task_id: str) -> Task:
+        task = self.dataset.get(task_id)
+        if task is None:
+            raise TaskNotFound(self.name, task_id)
+        return task
+
+
+class Registry:
+    """The environments this server can run, by name."""
+
+    def __init__(self, classes: Iterable[type[Environment]] = ()) -> None:
+        self._entries: dict[str, EnvironmentEntry] = {}
+        for cls in classes:
+            self.add(cls)
+
+    def __repr__(self) -> str:
+        return f"Registry({sorted(self._entries)})"
+
+    @classmethod
+    def discover(cls, group: str = ENTRY_POINT_GROUP) -> Registry:
+        """Load every environment advertised by installed distributions; a broken one is logged and skipped."""
+        registry = cls()
+        for point in sorted(entry_points(group=group), key=lambda p: p.name):
+            try:
+                loaded = point.load()
+                classes = [loaded] if isinstance(loaded, type) else list(loaded())
+                for env_cls in classes:
+                    registry.add(env_cls)
+            except Exception as exc:
+                log.error("environment entry point %r (%s) failed to load: %s", point.name, point.value, exc)
+        return registry
+
+    def add(self, cls: type[Environment]) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, Environment)):
+            raise EnvironmentDefinitionError(f"{cls!r} is not an Environment subclass")
+        cls.check_definition()
+        if not ENV_NAME.match(cls.name):
+            raise EnvironmentDefinitionError(
+                f"environment name {cls.name!r} must be lowercase letters, digits, '_', '-', '.', "
+                "with at most one '/' for a family"
+            )
+        existing = self._entries.get(cls.name)
+        if existing is not None and existing.cls is not cls:
+            raise EnvironmentDefinitionError(
+                f"two environments are named {cls.name!r}: {existing.cls.__module__} and {cls.__module__}"
+            )
+        self._entries[cls.name] = EnvironmentEntry(cls)
+
+    def get(self, name: str) -> EnvironmentEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise EnvironmentNotFound(name, list(self._entries))
+        return entry
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __iter__(self) -> Iterator[EnvironmentEntry]:
+        return iter(self._entries[name] for name in self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries

@@ -1,0 +1,90 @@
+"""Tasks and the JSONL datasets they live in.
+
+A dataset is a folder `datasets/<name>/` holding one `<split>.jsonl` file per split (`train`,
+`validation`, ...), one task object a line. A task's `answer` is what the verifier needs and the model
+must not see: it is never served by the catalog.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gym_server.errors import EnvironmentDefinitionError
+
+__all__ = ["DATASETS_ROOT", "Dataset", "Task"]
+
+DATASETS_ROOT = Path(__file__).resolve().parent.parent / "datasets"
+
+
+class Task(BaseModel):
+    """One problem: the prompt the model sees, the hidden answer the verifier uses, public metadata."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=256)
+    prompt: str | list[dict[str, Any]] = Field(
+        description="the user's request, or the full opening messages of the episode"
+    )
+    answer: Any = Field(None, description="hidden from the model and the catalog; the verifier's ground truth")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """The task as the catalog shows it: no answer."""
+        return {"id": self.id, "prompt": self.prompt, "metadata": self.metadata}
+
+
+class Dataset:
+    """The splits of one dataset folder, loaded lazily and indexed by task id."""
+
+    def __init__(self, name: str, root: Path = DATASETS_ROOT) -> None:
+        self.name = name
+        self.folder = root / name
+        self._splits: dict[str, list[Task]] | None = None
+        self._by_id: dict[str, Task] = {}
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r}, folder={str(self.folder)!r})"
+
+    @property
+    def splits(self) -> dict[str, list[Task]]:
+        if self._splits is None:
+            self._splits = self._load()
+        return self._splits
+
+    def split_sizes(self) -> dict[str, int]:
+        return {split: len(tasks) for split, tasks in self.splits.items()}
+
+    def tasks(self, split: str | None = None) -> list[Task]:
+        """All tasks of a split, or of every split in file-name order when `split` is None."""
+        if split is None:
+            return [task for tasks in self.splits.values() for task in tasks]
+        return self.splits.get(split, [])
+
+    def get(self, task_id: str) -> Task | None:
+        self.splits  # noqa: B018 - loads the index on first use
+        return self._by_id.get(task_id)
+
+    def files(self) -> list[Path]:
+        return sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []
+
+    def _load(self) -> dict[str, list[Task]]:
+        splits: dict[str, list[Task]] = {}
+        for path in self.files():
+            tasks: list[Task] = []
+            for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    task = Task.model_validate(orjson.loads(line))
+                except (orjson.JSONDecodeError, ValidationError) as exc:
+                    raise EnvironmentDefinitionError(f"{path}:{number}: not a valid task: {exc}") from exc
+                if task.id in self._by_id:
+                    raise EnvironmentDefinitionError(f"{path}:{number}: duplicate task id {task.id!r}")
+                self._by_id[task.id] = task
+                tasks.append(task)
+            splits[path.stem] = tasks
+        return splits

@@ -1,0 +1,101 @@
+"""Server configuration, read once from `GYM_*` environment variables (and `.env`), validated at start-up.
+
+Groups nest with `__`: `GYM_SESSIONS__MAX_SESSIONS=5000`. `GYM_DATABASE_URL` is accepted as a short alias
+for `GYM_STORE__URL` because it is what operators type. Tests build `Settings(...)` with keyword
+arguments and hand it to `create_app`; nothing else in the package reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["LimitSettings", "SandboxSettings", "SessionSettings", "Settings", "StoreSettings", "get_settings"]
+
+DEFAULT_DB_PATH = Path("var/gym.db")
+
+
+class SessionSettings(BaseModel):
+    """Session lifetime and capacity."""
+
+    max_sessions: int = Field(10_000, ge=1, description="live sessions before new ones get 429")
+    default_ttl_s: float = Field(600.0, gt=0, description="idle time-to-live when a session asks for none")
+    max_ttl_s: float = Field(3_600.0, gt=0, description="largest idle TTL a session may ask for")
+    reap_interval_s: float = Field(1.0, gt=0, description="how often the reaper looks for idle sessions")
+    tombstone_s: float = Field(3_600.0, ge=0, description="how long a closed id still answers 410 instead of 404")
+    retry_after_s: int = Field(2, ge=1, description="Retry-After sent with 429")
+
+    @model_validator(mode="after")
+    def _ttl_order(self) -> SessionSettings:
+        if self.default_ttl_s > self.max_ttl_s:
+            raise ValueError("sessions.default_ttl_s must not exceed sessions.max_ttl_s")
+        return self
+
+
+class LimitSettings(BaseModel):
+    """Per-request and per-episode budgets."""
+
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest request body (413 above)")
+    max_turns: int = Field(64, ge=1, description="assistant turns per episode unless the environment says fewer")
+    max_transcript_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="transcript size that ends an episode")
+    max_tool_calls_per_turn: int = Field(32, ge=1, description="tool calls executed from one assistant message")
+    tool_timeout_s: float = Field(30.0, gt=0, description="wall-clock limit on one tool call")
+    verify_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit on one verification")
+
+
+class StoreSettings(BaseModel):
+    """Where trajectories go and how they are written."""
+
+    url: str = Field("", description="SQLAlchemy URL; empty means SQLite at store.path")
+    path: Path = Field(DEFAULT_DB_PATH, description="SQLite file used when no URL is given")
+    flush_interval_s: float = Field(0.2, gt=0, description="the writer's batching window")
+    batch_size: int = Field(256, ge=1, description="rows written per transaction at most")
+
+    def resolved_url(self) -> str:
+        return self.url or f"sqlite:///{self.path}"
+
+
+class SandboxSettings(BaseModel):
+    """Which sandbox backend runs model-written code."""
+
+    backend: Literal["auto", "docker", "bubblewrap", "unsafe-no-sandbox"] = "auto"
+    image: str = "gym-sandbox:latest"
+    pool_size: int = Field(2, ge=0)
+
+
+class Settings(BaseSettings):
+    """Everything the server can be told. See the configuration table in the README."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GYM_", env_nested_delimiter="__", env_file=".env", extra="ignore", populate_by_name=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    server_name: str = Field(
+        default_factory=socket.gethostname,
+        description="identity of this replica; a restart marks this name's live sessions lost",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
+    sessions: SessionSettings = SessionSettings()
+    limits: LimitSettings = LimitSettings()
+    store: StoreSettings = StoreSettings()
+    sandbox: SandboxSettings = SandboxSettings()
+
+    @model_validator(mode="after")
+    def _database_alias(self) -> Settings:
+        if self.database_url and not self.store.url:
+            self.store = self.store.model_copy(update={"url": self.database_url})
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment once."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The durable trajectory store: records, ORM models, the batching writer, migrations, export."""

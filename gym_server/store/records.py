@@ -1,0 +1,84 @@
+"""The trajectory record: what every episode leaves behind, as the session manager hands it to the store.
+
+This pydantic model is the boundary between the live side (sessions, rollouts) and the durable side (the
+SQLAlchemy rows in `store.models`). It carries the fields of the design brief: identity and lineage
+(run, env and its version, task, seed), the full transcript, the score with its components and the
+verifier version, why it ended (status and failure class), the policy that produced it, per-turn token
+data when a driver sent it, and timings.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["FailureClass", "TrajectoryRecord", "TrajectoryStatus", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class TrajectoryStatus(StrEnum):
+    """Where an episode's life ended (or that it has not yet)."""
+
+    LIVE = "live"  # session open; written at creation so a crash can never drop it silently
+    COMPLETED = "completed"  # the episode reached done, then was closed
+    ABANDONED = "abandoned"  # the client closed it before done
+    EXPIRED = "expired"  # idle past its TTL, closed by the reaper
+    FAILED = "failed"  # ended by a budget or an error; see the failure class
+    LOST = "lost"  # the server stopped or restarted while the session was live
+
+
+class FailureClass(StrEnum):
+    """Why an episode or its score cannot be trusted as training signal."""
+
+    MAX_TURNS = "max_turns"
+    MAX_TRANSCRIPT_BYTES = "max_transcript_bytes"
+    ENV_ERROR = "env_error"
+    VERIFY_ERROR = "verify_error"
+    VERIFY_TIMEOUT = "verify_timeout"
+    EXPIRED = "expired"
+    SERVER_SHUTDOWN = "server_shutdown"
+    SERVER_RESTART = "server_restart"
+    SANDBOX_TIMEOUT = "sandbox_timeout"
+    SANDBOX_OOM = "sandbox_oom"
+    SANDBOX_ERROR = "sandbox_error"
+    JUDGE_FAILED = "judge_failed"
+    POLICY_ERROR = "policy_error"
+    POLICY_TIMEOUT = "policy_timeout"
+
+
+class TrajectoryRecord(BaseModel):
+    """One episode, live or finished. `id` is the session id (or the rollout id for server-run episodes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    run: str | None = None
+    env: str
+    env_version: str
+    task_id: str
+    seed: int | None = None
+    status: TrajectoryStatus = TrajectoryStatus.LIVE
+    failure: str | None = None
+    done_reason: str | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    reward: float | None = None
+    components: dict[str, float] = Field(default_factory=dict)
+    verify_info: dict[str, Any] = Field(default_factory=dict)
+    verifier_version: str | None = None
+    policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
+    turns: list[dict[str, Any]] = Field(
+        default_factory=list, description="per-turn token ids, logprobs and loss masks sent by a driver"
+    )
+    timings: dict[str, Any] = Field(default_factory=dict, description="step durations in ms and totals")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    num_turns: int = 0
+    server_name: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None

@@ -1,0 +1,1 @@
+"""Trainer adapters: gym client, policy samplers, rollout driver, one module per trainer."""

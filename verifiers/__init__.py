@@ -1,0 +1,1 @@
+"""The verifier library: one module per family of checks."""
