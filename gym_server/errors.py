@@ -131,15 +131,16 @@ class SessionFinished(GymError):
 
 
 class SessionExpired(GymError):
-    """The session sat idle past its TTL and was reaped; its trajectory is stored."""
+    """The session is gone: reaped after its idle TTL, or closed. Its trajectory is stored."""
 
     status = 410
     slug = "session-expired"
-    title = "Session expired"
+    title = "Session gone"
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, how: str = "expired after its idle TTL") -> None:
         super().__init__(
-            f"session {session_id!r} expired after its idle TTL; its trajectory is stored, start a new session",
+            f"session {session_id!r} {how}; its trajectory is stored (GET /v1/rollouts/{session_id}), "
+            "start a new session",
             session_id=session_id,
         )
 

@@ -14,6 +14,7 @@ import hashlib
 import inspect
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,7 +73,8 @@ class Environment:
         description: one line for the catalog.
         multi_turn: whether episodes take more than one assistant turn.
         max_turns: assistant turns before the episode ends with failure `max_turns` (None: server limit).
-        dataset_name: dataset folder when it differs from `name`.
+        dataset_name: dataset folder under `datasets/` when it differs from `name`.
+        dataset_dir: a dataset folder anywhere (third-party packages keep data beside their code).
         system_prompt: an optional system message opening every episode.
         verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
     """
@@ -82,6 +84,7 @@ class Environment:
     multi_turn: ClassVar[bool] = True
     max_turns: ClassVar[int | None] = None
     dataset_name: ClassVar[str | None] = None
+    dataset_dir: ClassVar[Path | None] = None
     system_prompt: ClassVar[str | None] = None
     verifier_version: ClassVar[str | None] = None
     tool_specs: ClassVar[dict[str, ToolSpec]] = {}
@@ -216,7 +219,10 @@ class Environment:
         """The JSONL dataset behind this environment (cached per class)."""
         cached = cls.__dict__.get("_dataset_cache")
         if not isinstance(cached, Dataset):
-            cached = Dataset(cls.dataset_name or cls.name)
+            if cls.dataset_dir is not None:
+                cached = Dataset(cls.dataset_dir.name, root=cls.dataset_dir.parent)
+            else:
+                cached = Dataset(cls.dataset_name or cls.name)
             cls._dataset_cache = cached  # type: ignore[attr-defined]
         return cached
 

@@ -1,0 +1,1 @@
+"""The counter environment: the smallest stateful, multi-turn environment (walk-throughs, benchmarks)."""

@@ -1,0 +1,66 @@
+"""Reach a target number with `add` calls, then `submit`.
+
+The smallest environment with state, tools, several turns and a verifier that checks state rather than
+wording. It is the one the README's curl walk-through plays and the session benchmark drives, because
+its steps cost almost nothing and so measure the server, not the environment.
+"""
+
+from __future__ import annotations
+
+from gym_server import Environment, ToolError, VerifyResult, tool
+
+__all__ = ["CounterEnv"]
+
+MAX_STEP = 10
+
+
+class CounterEnv(Environment):
+    """A counter starts at a seeded value; the model must bring it to the target and submit."""
+
+    name = "counter"
+    description = "Bring a counter to a target value with add() calls, then submit(). State is checked."
+    multi_turn = True
+    max_turns = 32
+    system_prompt = (
+        "You control a counter. Call `read` to see its value, `add` to change it by -10..10, "
+        "and `submit` when it equals the target."
+    )
+
+    async def setup(self) -> None:
+        self.value = self.rng.randint(0, 20)
+        self.target = int(self.task.answer)
+        self.calls = 0
+
+    @tool
+    async def read(self) -> int:
+        """Return the counter's current value."""
+        self.calls += 1
+        return self.value
+
+    @tool
+    async def add(self, amount: int) -> int:
+        """Add an amount to the counter and return the new value.
+
+        Args:
+            amount: between -10 and 10
+        """
+        if not -MAX_STEP <= amount <= MAX_STEP:
+            raise ToolError(f"amount must be between {-MAX_STEP} and {MAX_STEP}, got {amount}")
+        self.calls += 1
+        self.value += amount
+        return self.value
+
+    @tool
+    async def submit(self) -> str:
+        """Finish the episode with the counter as it is."""
+        self.finish("submitted")
+        return f"submitted {self.value}"
+
+    async def verify(self) -> VerifyResult:
+        reached = self.value == self.target
+        distance = abs(self.value - self.target)
+        return VerifyResult(
+            reward=1.0 if reached else 0.0,
+            components={"reached": float(reached), "submitted": float(self.done_reason == "submitted")},
+            info={"value": self.value, "target": self.target, "distance": distance, "tool_calls": self.calls},
+        )

@@ -1,0 +1,39 @@
+"""FastAPI dependencies: the long-lived objects built once in the app's lifespan, as `Annotated` aliases.
+
+Tests swap any of them with `app.dependency_overrides`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+
+from gym_server.sdk.registry import Registry
+from gym_server.sessions.manager import SessionManager
+from gym_server.settings import Settings
+from gym_server.store.writer import TrajectoryStore
+
+__all__ = ["ManagerDep", "RegistryDep", "SettingsDep", "StoreDep"]
+
+
+def get_settings(request: Request) -> Settings:
+    return cast(Settings, request.app.state.settings)
+
+
+def get_registry(request: Request) -> Registry:
+    return cast(Registry, request.app.state.registry)
+
+
+def get_manager(request: Request) -> SessionManager:
+    return cast(SessionManager, request.app.state.manager)
+
+
+def get_store(request: Request) -> TrajectoryStore:
+    return cast(TrajectoryStore, request.app.state.store)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[Registry, Depends(get_registry)]
+ManagerDep = Annotated[SessionManager, Depends(get_manager)]
+StoreDep = Annotated[TrajectoryStore, Depends(get_store)]

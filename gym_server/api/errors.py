@@ -1,0 +1,88 @@
+"""Turning every failure into an RFC 9457 problem+json response, in one place.
+
+Handlers: `GymError` (every deliberate error), request validation (422 with the field paths but never
+the offending input echoed back, which may be megabytes), Starlette's own HTTP errors (unknown route,
+wrong method), and a catch-all that logs the traceback and sends a 500 problem without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from gym_server.errors import GymError
+
+__all__ = ["PROBLEM_MEDIA_TYPE", "install_error_handlers", "problem", "problem_body"]
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+log = logging.getLogger(__name__)
+
+
+def problem_body(status: int, slug: str, title: str, detail: str, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": f"urn:gym-server:problem:{slug}", "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    body.update(extra)
+    return body
+
+
+def problem(status: int, slug: str, title: str, detail: str, *, instance: str | None = None,
+            headers: dict[str, str] | None = None, **extra: Any) -> Response:
+    body = problem_body(status, slug, title, detail, instance, **extra)
+    return Response(orjson.dumps(body, default=str), status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+def gym_error_problem(exc: GymError, instance: str | None = None) -> Response:
+    return problem(exc.status, exc.slug, exc.title, exc.detail, instance=instance, headers=exc.headers, **exc.extra)
+
+
+async def _on_gym_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GymError)
+    if exc.status >= 500:
+        log.error("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc.detail)
+    return gym_error_problem(exc, request.url.path)
+
+
+def _describe(error: dict[str, Any]) -> dict[str, Any]:
+    location = ".".join(str(part) for part in error.get("loc", ()))
+    return {"loc": location, "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = [_describe(error) for error in exc.errors()][:20]
+    if any(error["type"] == "json_invalid" for error in errors):
+        detail = "the request body is not valid JSON"
+    else:
+        detail = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:5])
+    return problem(422, "invalid-request", "Invalid request", detail, instance=request.url.path, errors=errors)
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else "request failed"
+    if exc.status_code == 404:
+        detail = f"no route {request.method} {request.url.path}; see /docs or /openapi.json"
+    slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    return problem(exc.status_code, slug, detail.split(";")[0][:80], detail, instance=request.url.path,
+                   headers=dict(exc.headers or {}))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(500, "internal", "Internal error",
+                   "the server hit an unexpected error; it is logged, and no state was lost", instance=request.url.path)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(GymError, _on_gym_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)

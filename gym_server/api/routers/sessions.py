@@ -1,0 +1,140 @@
+"""Stateful episodes: create, step, verify, inspect and close a session.
+
+The step route is the hot path: it validates only the incoming message, takes no database dependency,
+and answers with pre-serialized JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Response, status
+
+from gym_server.api.deps import ManagerDep, StoreDep
+from gym_server.api.schemas import CreateSessionRequest, SessionCreated, SessionState, StepRequest, StepResponse
+from gym_server.errors import GymError
+from gym_server.sdk.environment import VerifyResult
+from gym_server.sessions.manager import LiveSession
+from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "unknown session"},
+    409: {"description": "the episode is finished"},
+    410: {"description": "the session expired or was closed"},
+    413: {"description": "request body over the limit"},
+    422: {"description": "malformed message"},
+}
+
+
+def _json(payload: dict[str, Any], status_code: int = 200) -> Response:
+    return Response(orjson.dumps(payload, default=str), status_code=status_code, media_type="application/json")
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SessionCreated,
+    summary="Start an episode",
+    responses={404: {"description": "unknown env or task"}, 429: {"description": "at capacity"}},
+)
+async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Response:
+    session = await manager.create(
+        body.env,
+        task_id=body.task_id,
+        task=body.task,
+        seed=body.seed,
+        ttl_s=body.ttl_s,
+        run=body.run,
+        policy=body.policy,
+        metadata=body.metadata,
+    )
+    return _json(
+        {
+            "session_id": session.id,
+            "env": session.entry.name,
+            "env_version": session.entry.version,
+            "task_id": session.env.task.id,
+            "seed": session.env.seed,
+            "messages": session.env.messages,
+            "tools": session.tools,
+            "max_turns": session.max_turns,
+            "expires_at": session.expires_at().isoformat(),
+        },
+        status.HTTP_201_CREATED,
+    )
+
+
+@router.post("/{session_id}/step", response_model=StepResponse, summary="Send the assistant's message", responses=_ERRORS)
+async def step_session(session_id: str, body: StepRequest, manager: ManagerDep) -> Response:
+    result = await manager.step(session_id, body.message.to_dict(), body.turn_data)
+    return _json({"messages": result.messages, "done": result.done, "reward": result.reward, "info": result.info})
+
+
+@router.post("/{session_id}/verify", response_model=VerifyResult, summary="Score the episode so far", responses=_ERRORS)
+async def verify_session(session_id: str, manager: ManagerDep) -> VerifyResult:
+    return await manager.verify(session_id)
+
+
+@router.get("/{session_id}", response_model=SessionState, summary="Transcript and state", responses=_ERRORS)
+async def get_session(session_id: str, manager: ManagerDep, store: StoreDep) -> SessionState:
+    try:
+        return _live_state(manager.get(session_id))
+    except GymError as exc:
+        if exc.status not in (404, 410):
+            raise
+        stored = await store.get(session_id)
+        if stored is None:
+            raise
+        return _stored_state(stored)
+
+
+@router.delete("/{session_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Close (idempotent)", responses=_ERRORS)
+async def close_session(session_id: str, manager: ManagerDep) -> Response:
+    await manager.close(session_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _live_state(session: LiveSession) -> SessionState:
+    env, verified = session.env, session.verified
+    return SessionState(
+        session_id=session.id,
+        env=session.entry.name,
+        env_version=session.entry.version,
+        task_id=env.task.id,
+        seed=env.seed,
+        status=TrajectoryStatus.LIVE.value,
+        done=env.done,
+        done_reason=env.done_reason,
+        failure=session.failure,
+        turns=env.turns,
+        max_turns=session.max_turns,
+        messages=env.messages,
+        tools=session.tools,
+        reward=verified.reward if verified else None,
+        components=verified.components if verified else {},
+        expires_at=session.expires_at(),
+    )
+
+
+def _stored_state(record: TrajectoryRecord) -> SessionState:
+    return SessionState(
+        session_id=record.id,
+        env=record.env,
+        env_version=record.env_version,
+        task_id=record.task_id,
+        seed=record.seed,
+        status=str(record.status),
+        done=True,
+        done_reason=record.done_reason,
+        failure=record.failure,
+        turns=record.num_turns,
+        max_turns=record.num_turns,
+        messages=record.messages,
+        tools=record.tools,
+        reward=record.reward,
+        components=record.components,
+        expires_at=None,
+    )

@@ -1,0 +1,195 @@
+"""Wire models of the HTTP API (v1). Inputs forbid unknown fields so a typo fails loudly with 422."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gym_server.sdk.environment import VerifyResult
+from gym_server.sdk.messages import Message
+from gym_server.sdk.tasks import Task
+from gym_server.store.records import TrajectoryRecord
+
+__all__ = [
+    "BatchVerifyItem",
+    "BatchVerifyRequest",
+    "BatchVerifyResponse",
+    "CreateSessionRequest",
+    "DatasetInfo",
+    "EnvironmentInfo",
+    "EnvironmentList",
+    "RolloutPage",
+    "SessionCreated",
+    "SessionState",
+    "StepRequest",
+    "StepResponse",
+    "TaskPage",
+    "VerifyRequest",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+_EXAMPLE_CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "search_inbox", "arguments": '{"query": "budget"}'}}
+    ],
+}
+
+
+class TaskRef(BaseModel):
+    """Names a task by id in an environment's dataset, or carries one inline."""
+
+    model_config = _STRICT
+
+    env: str = Field(min_length=1, max_length=128, examples=["workplace"])
+    task_id: str | None = Field(None, min_length=1, max_length=256, examples=["workplace-00001"])
+    task: Task | None = Field(None, description="an ad-hoc task instead of task_id")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+
+    @model_validator(mode="after")
+    def _one_task(self) -> TaskRef:
+        if (self.task_id is None) == (self.task is None):
+            raise ValueError("give exactly one of task_id or task")
+        return self
+
+
+class CreateSessionRequest(TaskRef):
+    """POST /v1/sessions."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"env": "workplace", "task_id": "workplace-00001", "seed": 7, "ttl_s": 300}]},
+    )
+
+    ttl_s: float | None = Field(None, gt=0, description="idle time-to-live in seconds (server maximum applies)")
+    run: str | None = Field(None, max_length=256, description="groups trajectories of one training or eval run")
+    policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionCreated(BaseModel):
+    session_id: str
+    env: str
+    env_version: str
+    task_id: str
+    seed: int | None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    max_turns: int
+    expires_at: datetime
+
+
+class StepRequest(BaseModel):
+    """POST /v1/sessions/{id}/step: one assistant message, optionally with the driver's token data."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"message": _EXAMPLE_CALL}]})
+
+    message: Message
+    turn_data: dict[str, Any] | None = Field(
+        None, description="per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory"
+    )
+
+    @field_validator("message")
+    @classmethod
+    def _assistant_only(cls, message: Message) -> Message:
+        if message.role != "assistant":
+            raise ValueError(f"a step takes the assistant's message, got role {message.role!r}")
+        return message
+
+
+class StepResponse(BaseModel):
+    messages: list[dict[str, Any]] = Field(description="tool results and user turns produced by the environment")
+    done: bool
+    reward: float | None = Field(None, description="set when the step ended the episode")
+    info: dict[str, Any]
+
+
+class SessionState(BaseModel):
+    session_id: str
+    env: str
+    env_version: str
+    task_id: str
+    seed: int | None
+    status: str
+    done: bool
+    done_reason: str | None
+    failure: str | None
+    turns: int
+    max_turns: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    reward: float | None
+    components: dict[str, float]
+    expires_at: datetime | None
+
+
+class VerifyRequest(TaskRef):
+    """POST /v1/verify: score a completion, or a whole message list, against a task without a session."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"env": "math", "task_id": "math-00001", "completion": "\\boxed{42}"}]},
+    )
+
+    completion: str | None = Field(None, description="the final assistant text (single-turn tasks)")
+    messages: list[Message] | None = Field(None, description="a transcript whose assistant turns are replayed")
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> VerifyRequest:
+        if (self.completion is None) == (self.messages is None):
+            raise ValueError("give exactly one of completion or messages")
+        return self
+
+
+class BatchVerifyRequest(BaseModel):
+    model_config = _STRICT
+
+    items: list[VerifyRequest] = Field(min_length=1, max_length=1024)
+
+
+class BatchVerifyItem(BaseModel):
+    result: VerifyResult | None = None
+    error: dict[str, Any] | None = Field(None, description="a problem+json object when this item failed")
+
+
+class BatchVerifyResponse(BaseModel):
+    results: list[BatchVerifyItem]
+
+
+class DatasetInfo(BaseModel):
+    name: str
+    splits: dict[str, int]
+
+
+class EnvironmentInfo(BaseModel):
+    name: str
+    version: str
+    verifier_version: str
+    description: str
+    kind: Literal["single-turn", "multi-turn"]
+    max_turns: int | None
+    tools: list[dict[str, Any]]
+    datasets: list[DatasetInfo]
+
+
+class EnvironmentList(BaseModel):
+    environments: list[EnvironmentInfo]
+
+
+class TaskPage(BaseModel):
+    env: str
+    split: str | None
+    offset: int
+    limit: int
+    total: int
+    tasks: list[dict[str, Any]]
+
+
+class RolloutPage(BaseModel):
+    offset: int
+    limit: int
+    total: int
+    items: list[TrajectoryRecord]

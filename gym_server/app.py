@@ -1,0 +1,75 @@
+"""`create_app`: wires settings, registry, store, session manager, routers, middleware and lifespan.
+
+Nothing here handles a request; it only assembles the parts. Tests call `create_app(Settings(...))`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from gym_server import __version__
+from gym_server.api.errors import install_error_handlers
+from gym_server.api.limits import BodyLimitMiddleware
+from gym_server.api.routers import environments, health, rollouts, sessions, verify
+from gym_server.sdk.registry import Registry
+from gym_server.sessions.manager import SessionManager
+from gym_server.sessions.reaper import Reaper
+from gym_server.settings import Settings, get_settings
+from gym_server.store.writer import TrajectoryStore
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("gym_server")
+
+_DESCRIPTION = """Sandboxed multi-turn tool environments and verifiers for RL of LLM agents.
+
+Errors are `application/problem+json` (RFC 9457). A model's bad tool call is not an HTTP error: it
+comes back as a tool message and the episode goes on."""
+
+
+def create_app(settings: Settings | None = None, registry: Registry | None = None) -> FastAPI:
+    """Build the gym's ASGI app. `registry` defaults to every installed environment."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = TrajectoryStore(
+            settings.store.resolved_url(),
+            flush_interval_s=settings.store.flush_interval_s,
+            batch_size=settings.store.batch_size,
+        )
+        await store.start()
+        lost = await store.mark_lost(settings.server_name)
+        if lost:
+            log.warning("marked %d sessions of %r lost: they were live when the server last stopped", lost,
+                        settings.server_name)
+        manager = SessionManager(app.state.registry, store, settings)
+        reaper = Reaper(manager, settings.sessions.reap_interval_s)
+        app.state.store, app.state.manager = store, manager
+        reaper.start()
+        try:
+            yield
+        finally:
+            await reaper.stop()
+            closed = await manager.shutdown()
+            if closed:
+                log.warning("server stopping: %d live sessions recorded as lost", closed)
+            await store.stop()
+
+    app = FastAPI(
+        title="gym-server",
+        version=__version__,
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = registry if registry is not None else Registry.discover()
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
+    for module in (environments, sessions, verify, rollouts, health):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,369 @@
+"""The session manager: owns every live episode, from creation to the trajectory it leaves behind.
+
+Invariants it keeps:
+- one environment instance per session; steps (and verifies) on one session are serialized by its
+  lock, while different sessions run concurrently;
+- every session that was ever created leaves exactly one trajectory row, whatever ends it (close,
+  expiry, a budget, an environment crash, server shutdown); a row is written at creation (status
+  `live`) so even a killed server is found out at the next start, and `live` rows are refreshed by
+  the reaper's snapshots, never by a per-step database round trip;
+- a closed or expired id answers 410 for `tombstone_s`, then 404 like an id never seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import orjson
+
+from gym_server.errors import AtCapacity, GymError, InvalidRequest, SessionExpired, SessionFinished, SessionNotFound
+from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.registry import EnvironmentEntry, Registry
+from gym_server.sdk.tasks import Task
+from gym_server.sessions.metrics import SessionMetrics
+from gym_server.settings import Settings
+from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
+
+__all__ = ["LiveSession", "RecordSink", "SessionManager", "StepResult"]
+
+log = logging.getLogger(__name__)
+
+
+class RecordSink(Protocol):
+    """Where finished and snapshotted trajectories go (the store's batching writer)."""
+
+    def record(self, record: TrajectoryRecord) -> None: ...
+
+
+@dataclass(slots=True)
+class StepResult:
+    messages: list[dict[str, Any]]
+    done: bool
+    reward: float | None
+    info: dict[str, Any]
+
+
+@dataclass(eq=False, slots=True)
+class LiveSession:
+    """One open episode and its bookkeeping."""
+
+    id: str
+    entry: EnvironmentEntry
+    env: Environment
+    ttl_s: float
+    run: str | None
+    policy: dict[str, Any] | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    tools: list[dict[str, Any]]
+    max_turns: int
+    last_active: float = field(default_factory=time.monotonic)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    transcript_bytes: int = 0
+    step_ms: list[float] = field(default_factory=list)
+    turn_data: list[dict[str, Any]] = field(default_factory=list)
+    failure: str | None = None
+    verified: VerifyResult | None = None
+    verified_at_len: int = -1
+    dirty: bool = False
+
+    def expires_at(self) -> datetime:
+        idle = time.monotonic() - self.last_active
+        return utcnow() + timedelta(seconds=max(0.0, self.ttl_s - idle))
+
+    def is_idle_expired(self, now: float) -> bool:
+        return now - self.last_active > self.ttl_s
+
+
+class SessionManager:
+    """Creates, steps, verifies and closes sessions; the API and the CLI both call it."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        sink: RecordSink,
+        settings: Settings,
+        metrics: SessionMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.sink = sink
+        self.settings = settings
+        self.metrics = metrics or SessionMetrics()
+        self._clock = clock
+        self._live: dict[str, LiveSession] = {}
+        self._gone: dict[str, tuple[float, str]] = {}  # id -> (when, how), for 410 answers
+        self._creating = 0
+
+    def __repr__(self) -> str:
+        return f"SessionManager(live={len(self._live)}, max={self.settings.sessions.max_sessions})"
+
+    @property
+    def live_count(self) -> int:
+        return len(self._live)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        env: str,
+        *,
+        task_id: str | None = None,
+        task: Task | None = None,
+        seed: int | None = None,
+        ttl_s: float | None = None,
+        run: str | None = None,
+        policy: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> LiveSession:
+        limits = self.settings.sessions
+        if len(self._live) + self._creating >= limits.max_sessions:
+            self.metrics.rejected.inc()
+            raise AtCapacity(limits.max_sessions, limits.retry_after_s)
+        if ttl_s is not None and ttl_s > limits.max_ttl_s:
+            raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
+        entry = self.registry.get(env)
+        chosen = task if task is not None else entry.task(task_id or "")
+        self._creating += 1
+        try:
+            instance = await self._start_env(entry, chosen, seed)
+        finally:
+            self._creating -= 1
+        session = LiveSession(
+            id=uuid.uuid4().hex,
+            entry=entry,
+            env=instance,
+            ttl_s=ttl_s or limits.default_ttl_s,
+            run=run,
+            policy=policy,
+            metadata=metadata or {},
+            created_at=utcnow(),
+            tools=instance.tools(),
+            max_turns=min(entry.cls.max_turns or self.settings.limits.max_turns, self.settings.limits.max_turns),
+            last_active=self._clock(),
+        )
+        session.transcript_bytes = len(orjson.dumps(instance.messages))
+        self._live[session.id] = session
+        self.sink.record(self._record(session, TrajectoryStatus.LIVE))
+        self.metrics.created.labels(entry.name).inc()
+        self.metrics.live.set(len(self._live))
+        return session
+
+    async def _start_env(self, entry: EnvironmentEntry, task: Task, seed: int | None) -> Environment:
+        try:
+            instance = entry.cls(task, seed)
+            await asyncio.wait_for(instance.reset(), self.settings.limits.tool_timeout_s)
+        except GymError:
+            raise
+        except Exception as exc:
+            log.exception("environment %s failed to start task %s", entry.name, task.id)
+            raise GymError(f"environment {entry.name!r} failed to start task {task.id!r}: {type(exc).__name__}") from exc
+        return instance
+
+    def get(self, session_id: str) -> LiveSession:
+        """The live session, or 404 (never seen) / 410 (closed or expired)."""
+        session = self._live.get(session_id)
+        if session is None:
+            gone = self._gone.get(session_id)
+            if gone is not None:
+                raise SessionExpired(session_id, gone[1])
+            raise SessionNotFound(session_id)
+        return session
+
+    async def step(self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None) -> StepResult:
+        session = self._touch(session_id)
+        async with session.lock:
+            if session.env.done:
+                raise SessionFinished(session_id, session.env.done_reason or "done")
+            started = time.perf_counter()
+            try:
+                outcome = await asyncio.wait_for(
+                    session.env.step(
+                        message,
+                        tool_timeout_s=self.settings.limits.tool_timeout_s,
+                        max_tool_calls=self.settings.limits.max_tool_calls_per_turn,
+                    ),
+                    self._step_deadline(message),
+                )
+                replies, info = outcome.messages, outcome.info
+            except Exception as exc:
+                # An environment bug ends this episode with a failure class; the server goes on.
+                log.exception("environment %s crashed in step", session.entry.name)
+                session.failure = FailureClass.ENV_ERROR
+                session.env.finish("env_error")
+                replies, info = [], {"error": f"environment error: {type(exc).__name__}"}
+            if turn_data:
+                session.turn_data.append(turn_data)
+            self._apply_budgets(session, message, replies)
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            session.step_ms.append(round(elapsed_ms, 3))
+            session.last_active = self._clock()
+            session.dirty = True
+            self.metrics.observe_step(session.entry.name, elapsed_ms / 1000)
+            reward = None
+            if session.env.done:
+                reward = (await self._verify_locked(session)).reward
+                info["done_reason"] = session.env.done_reason
+            if session.failure:
+                info["failure"] = session.failure
+            return StepResult(messages=replies, done=session.env.done, reward=reward, info=info)
+
+    def _step_deadline(self, message: dict[str, Any]) -> float:
+        limits = self.settings.limits
+        calls = min(len(message.get("tool_calls") or []), limits.max_tool_calls_per_turn)
+        return limits.tool_timeout_s * (calls + 1)
+
+    def _apply_budgets(self, session: LiveSession, message: dict[str, Any], replies: list[dict[str, Any]]) -> None:
+        session.transcript_bytes += len(orjson.dumps(message)) + len(orjson.dumps(replies))
+        if session.env.done:
+            return
+        if session.transcript_bytes > self.settings.limits.max_transcript_bytes:
+            session.failure = FailureClass.MAX_TRANSCRIPT_BYTES
+            session.env.finish("max_transcript_bytes")
+        elif session.env.turns >= session.max_turns:
+            session.failure = FailureClass.MAX_TURNS
+            session.env.finish("max_turns")
+
+    async def verify(self, session_id: str) -> VerifyResult:
+        session = self._touch(session_id)
+        async with session.lock:
+            return await self._verify_locked(session)
+
+    async def _verify_locked(self, session: LiveSession) -> VerifyResult:
+        if session.verified is not None and session.verified_at_len == len(session.env.messages):
+            return session.verified
+        result = await run_verifier(session.env, self.settings.limits.verify_timeout_s)
+        session.verified, session.verified_at_len, session.dirty = result, len(session.env.messages), True
+        return result
+
+    async def close(self, session_id: str) -> None:
+        """Close a session; closing an already closed or expired one is a no-op (idempotent DELETE)."""
+        session = self._live.get(session_id)
+        if session is None:
+            if session_id in self._gone:
+                return
+            raise SessionNotFound(session_id)
+        async with session.lock:
+            done = session.env.done
+            status = TrajectoryStatus.COMPLETED if done and not session.failure else TrajectoryStatus.ABANDONED
+            if session.failure:
+                status = TrajectoryStatus.FAILED
+            await self._finish(session, status, "was closed")
+
+    async def _finish(self, session: LiveSession, status: TrajectoryStatus, how: str) -> None:
+        if self._live.pop(session.id, None) is None:
+            return
+        self._gone[session.id] = (self._clock(), how)
+        try:
+            await asyncio.wait_for(session.env.close(), self.settings.limits.tool_timeout_s)
+        except Exception:
+            log.exception("environment %s failed to close session %s", session.entry.name, session.id)
+        self.sink.record(self._record(session, status, finished=True))
+        self.metrics.closed.labels(session.entry.name, status.value).inc()
+        self.metrics.live.set(len(self._live))
+
+    def _touch(self, session_id: str) -> LiveSession:
+        session = self.get(session_id)
+        if session.is_idle_expired(self._clock()) and not session.lock.locked():
+            # Expired but not yet reaped: answer as the reaper would have, then let it clean up.
+            self._live.pop(session_id)
+            self._gone[session_id] = (self._clock(), "expired after its idle TTL")
+            session.failure = session.failure or FailureClass.EXPIRED
+            self.sink.record(self._record(session, TrajectoryStatus.EXPIRED, finished=True))
+            self.metrics.closed.labels(session.entry.name, TrajectoryStatus.EXPIRED.value).inc()
+            self.metrics.live.set(len(self._live))
+            asyncio.get_running_loop().create_task(self._close_quietly(session))
+            raise SessionExpired(session_id)
+        session.last_active = self._clock()
+        return session
+
+    async def _close_quietly(self, session: LiveSession) -> None:
+        try:
+            await asyncio.wait_for(session.env.close(), self.settings.limits.tool_timeout_s)
+        except Exception:
+            log.exception("environment %s failed to close session %s", session.entry.name, session.id)
+
+    # -- background work (called by the reaper) ---------------------------------------------------
+
+    async def reap_expired(self) -> int:
+        """Close every session idle past its TTL; returns how many were reaped."""
+        now = self._clock()
+        expired = [s for s in self._live.values() if s.is_idle_expired(now) and not s.lock.locked()]
+        for session in expired:
+            session.failure = session.failure or FailureClass.EXPIRED
+            await self._finish(session, TrajectoryStatus.EXPIRED, "expired after its idle TTL")
+        horizon = now - self.settings.sessions.tombstone_s
+        for gone_id in [key for key, (when, _) in self._gone.items() if when < horizon]:
+            del self._gone[gone_id]
+        return len(expired)
+
+    def snapshot_dirty(self) -> int:
+        """Hand the store a fresh `live` copy of every session stepped since the last snapshot."""
+        count = 0
+        for session in self._live.values():
+            if session.dirty:
+                session.dirty = False
+                self.sink.record(self._record(session, TrajectoryStatus.LIVE))
+                count += 1
+        return count
+
+    async def shutdown(self) -> int:
+        """Record every live session as lost (server shutdown) and close its environment."""
+        sessions = list(self._live.values())
+        for session in sessions:
+            session.failure = FailureClass.SERVER_SHUTDOWN
+            await self._finish(session, TrajectoryStatus.LOST, "was lost when the server stopped")
+        return len(sessions)
+
+    # -- records -----------------------------------------------------------------------------------
+
+    def _record(self, session: LiveSession, status: TrajectoryStatus, finished: bool = False) -> TrajectoryRecord:
+        env = session.env
+        verified = session.verified
+        timings: dict[str, Any] = {"step_ms": list(session.step_ms)}
+        if session.step_ms:
+            timings["total_step_ms"] = round(sum(session.step_ms), 3)
+        return TrajectoryRecord.model_construct(
+            id=session.id,
+            run=session.run,
+            env=session.entry.name,
+            env_version=session.entry.version,
+            task_id=env.task.id,
+            seed=env.seed,
+            status=status,
+            failure=session.failure or (verified.failure if verified else None),
+            done_reason=env.done_reason,
+            messages=list(env.messages),
+            tools=session.tools,
+            reward=verified.reward if verified else None,
+            components=dict(verified.components) if verified else {},
+            verify_info=dict(verified.info) if verified else {},
+            verifier_version=session.entry.verifier_version,
+            policy=session.policy,
+            turns=list(session.turn_data),
+            timings=timings,
+            metadata=session.metadata,
+            num_turns=env.turns,
+            server_name=self.settings.server_name,
+            created_at=session.created_at,
+            finished_at=utcnow() if finished else None,
+        )
+
+
+async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:
+    """Run an environment's verifier with a deadline; a timeout or crash becomes a failure class, not an error."""
+    try:
+        result = await asyncio.wait_for(env.verify(), timeout_s)
+    except TimeoutError:
+        return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_TIMEOUT, info={"timeout_s": timeout_s})
+    except Exception as exc:
+        log.exception("verifier of %s failed", env.name)
+        return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_ERROR, info={"error": type(exc).__name__})
+    return result

@@ -1,0 +1,46 @@
+"""Stateless scoring: replay a transcript's assistant turns through a fresh environment, then verify.
+
+One code path serves single-turn completions and whole multi-turn transcripts, and it is the same
+engine a live session uses, so a stateless score always equals the score the session would have had.
+Tool results in the given transcript are ignored: the environment recomputes them, which means a
+client cannot forge a tool result to earn a reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from gym_server.sdk.environment import VerifyResult
+from gym_server.sdk.registry import EnvironmentEntry
+from gym_server.sdk.tasks import Task
+from gym_server.sessions.manager import run_verifier
+from gym_server.settings import LimitSettings
+from gym_server.store.records import FailureClass
+
+__all__ = ["verify_transcript"]
+
+
+async def verify_transcript(
+    entry: EnvironmentEntry,
+    task: Task,
+    seed: int | None,
+    assistant_messages: list[dict[str, Any]],
+    limits: LimitSettings,
+) -> VerifyResult:
+    """Score `assistant_messages` (in order) against `task` as if they had been played in a session."""
+    env = entry.cls(task, seed)
+    try:
+        await asyncio.wait_for(env.reset(), limits.tool_timeout_s)
+        for message in assistant_messages[: limits.max_turns]:
+            if env.done:
+                break
+            await env.step(message, tool_timeout_s=limits.tool_timeout_s, max_tool_calls=limits.max_tool_calls_per_turn)
+    except Exception as exc:
+        return VerifyResult(reward=0.0, failure=FailureClass.ENV_ERROR, info={"error": type(exc).__name__})
+    try:
+        return await run_verifier(env, limits.verify_timeout_s)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(env.close(), limits.tool_timeout_s)
