@@ -19,3 +19,6 @@ app.command()(play.play)
 app.command("init")(scaffold.init)
 app.add_typer(db.app, name="db")
 app.command()(export.export)
+
+if __name__ == "__main__":
+    app()

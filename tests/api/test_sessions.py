@@ -1,0 +1,170 @@
+"""Sessions over HTTP: an episode from creation to its stored trajectory, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from conftest import AppHarness
+from gymtest import call, open_counter, say, solve_counter, step, wait_for_rollout
+
+
+async def test_full_episode_is_scored_and_stored(gym: AppHarness) -> None:
+    client = gym.client
+    created = await open_counter(client, run="run-a", policy={"model": "hand", "temperature": 0})
+    assert created["env"] == "counter"
+    assert created["messages"][0]["role"] == "system"
+    assert {tool["function"]["name"] for tool in created["tools"]} == {"read", "add", "submit"}
+
+    last = await solve_counter(client, created["session_id"])
+    assert last["done"] is True
+    assert last["reward"] == 1.0
+    assert last["info"]["done_reason"] == "submitted"
+
+    verified = (await client.post(f"/v1/sessions/{created['session_id']}/verify")).json()
+    assert verified["reward"] == 1.0
+    assert verified["components"] == {"reached": 1.0, "submitted": 1.0}
+
+    assert (await client.delete(f"/v1/sessions/{created['session_id']}")).status_code == 204
+    assert (await client.delete(f"/v1/sessions/{created['session_id']}")).status_code == 204
+
+    stored = await wait_for_rollout(client, created["session_id"], "completed")
+    assert stored["run"] == "run-a"
+    assert stored["reward"] == 1.0
+    assert stored["env_version"] == created["env_version"]
+    assert stored["verifier_version"]
+    assert stored["policy"] == {"model": "hand", "temperature": 0}
+    assert stored["num_turns"] == len(stored["timings"]["step_ms"])
+    assert stored["finished_at"] is not None
+    roles = [message["role"] for message in stored["messages"]]
+    assert roles[:2] == ["system", "user"] and roles[-1] == "tool"
+
+    # GET on a closed session falls back to the store.
+    state = (await client.get(f"/v1/sessions/{created['session_id']}")).json()
+    assert state["status"] == "completed" and state["reward"] == 1.0
+
+
+async def test_same_task_and_seed_start_the_same(gym: AppHarness) -> None:
+    values = []
+    for seed in (3, 3, 4):
+        session = await open_counter(gym.client, seed=seed)
+        reply = (await step(gym.client, session["session_id"], call("read"))).json()
+        values.append(reply["messages"][0]["content"])
+    assert values[0] == values[1]
+    first = await open_counter(gym.client, seed=3)
+    second = await open_counter(gym.client, seed=3)
+    assert first["messages"] == second["messages"]
+
+
+async def test_abandoned_session_is_stored_with_its_transcript(gym: AppHarness) -> None:
+    session = await open_counter(gym.client)
+    await step(gym.client, session["session_id"], call("add", {"amount": 3}))
+    await gym.client.delete(f"/v1/sessions/{session['session_id']}")
+    stored = await wait_for_rollout(gym.client, session["session_id"], "abandoned")
+    assert stored["num_turns"] == 1
+    assert stored["messages"][-1]["role"] == "tool"
+
+
+async def test_verify_any_time_and_turn_data_is_kept(gym: AppHarness) -> None:
+    session = await open_counter(gym.client)
+    sid = session["session_id"]
+    early = (await gym.client.post(f"/v1/sessions/{sid}/verify")).json()
+    assert early["reward"] == 0.0
+    tokens = {"prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "logprobs": [-0.1, -0.2]}
+    response = await gym.client.post(f"/v1/sessions/{sid}/step", json={"message": call("submit"), "turn_data": tokens})
+    assert response.json()["done"] is True
+    await gym.client.delete(f"/v1/sessions/{sid}")
+    stored = await wait_for_rollout(gym.client, sid, "completed")
+    assert stored["turns"] == [tokens]
+
+
+async def test_max_turns_budget_ends_the_episode_with_a_failure_class(app_factory: Callable[..., Any]) -> None:
+    async with app_factory(limits={"max_turns": 3}) as gym:
+        session = await open_counter(gym.client)
+        sid = session["session_id"]
+        replies = [(await step(gym.client, sid, call("read"))).json() for _ in range(3)]
+        assert [reply["done"] for reply in replies] == [False, False, True]
+        assert replies[-1]["info"]["failure"] == "max_turns"
+        assert replies[-1]["reward"] == 0.0
+        after = await step(gym.client, sid, call("read"))
+        assert after.status_code == 409
+        await gym.client.delete(f"/v1/sessions/{sid}")
+        stored = await wait_for_rollout(gym.client, sid, "failed")
+        assert stored["failure"] == "max_turns"
+
+
+async def test_transcript_budget_ends_the_episode(app_factory: Callable[..., Any]) -> None:
+    async with app_factory(limits={"max_transcript_bytes": 4096}) as gym:
+        session = await open_counter(gym.client)
+        padded = call("add", {"amount": 1, "note": "x" * 5000})
+        reply = (await step(gym.client, session["session_id"], padded)).json()
+        assert reply["done"] is True
+        assert reply["info"]["failure"] == "max_transcript_bytes"
+
+
+async def test_steps_on_one_session_are_serialized(gym: AppHarness) -> None:
+    session = await open_counter(gym.client)
+    sid = session["session_id"]
+    responses = await asyncio.gather(*(step(gym.client, sid, call("add", {"amount": 1})) for _ in range(20)))
+    values = sorted(int(r.json()["messages"][0]["content"]) for r in responses)
+    assert values == list(range(values[0], values[0] + 20))
+
+
+async def test_expired_session_answers_410_and_is_stored_expired(app_factory: Callable[..., Any]) -> None:
+    async with app_factory(sessions={"reap_interval_s": 3600}) as gym:
+        session = await open_counter(gym.client, ttl_s=0.05)
+        await asyncio.sleep(0.1)
+        response = await step(gym.client, session["session_id"], call("read"))
+        assert response.status_code == 410
+        assert response.headers["content-type"] == "application/problem+json"
+        assert "expired" in response.json()["detail"]
+        stored = await wait_for_rollout(gym.client, session["session_id"], "expired")
+        assert stored["failure"] == "expired"
+        assert (await gym.client.delete(f"/v1/sessions/{session['session_id']}")).status_code == 204
+
+
+async def test_reaper_closes_idle_sessions(app_factory: Callable[..., Any]) -> None:
+    async with app_factory(sessions={"reap_interval_s": 0.02}) as gym:
+        session = await open_counter(gym.client, ttl_s=0.05)
+        stored = await wait_for_rollout(gym.client, session["session_id"], "expired")
+        assert stored["status"] == "expired"
+        assert gym.app.state.manager.live_count == 0
+
+
+async def test_ttl_above_the_server_maximum_is_refused(app_factory: Callable[..., Any]) -> None:
+    async with app_factory(sessions={"max_ttl_s": 60, "default_ttl_s": 30}) as gym:
+        response = await gym.client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0000", "ttl_s": 61})
+        assert response.status_code == 422
+        assert "maximum of 60" in response.json()["detail"]
+
+
+async def test_capacity_answers_429_with_retry_after_then_recovers(app_factory: Callable[..., Any]) -> None:
+    async with app_factory(sessions={"max_sessions": 2, "retry_after_s": 3}) as gym:
+        first = await open_counter(gym.client)
+        await open_counter(gym.client)
+        refused = await gym.client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0000"})
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "3"
+        assert refused.json()["title"] == "At capacity"
+        await gym.client.delete(f"/v1/sessions/{first['session_id']}")
+        await open_counter(gym.client)
+        metrics = (await gym.client.get("/metrics")).text
+        assert "gym_sessions_rejected_total 1.0" in metrics
+
+
+async def test_inline_task(gym: AppHarness) -> None:
+    task = {"id": "adhoc-1", "prompt": "Bring the counter to 5, then submit.", "answer": 5}
+    response = await gym.client.post("/v1/sessions", json={"env": "counter", "task": task, "seed": 1})
+    assert response.status_code == 201
+    assert response.json()["task_id"] == "adhoc-1"
+
+
+async def test_shutdown_records_live_sessions_as_lost(app_factory: Callable[..., Any]) -> None:
+    async with app_factory() as gym:
+        session = await open_counter(gym.client)
+        await step(gym.client, session["session_id"], call("read"))
+    async with app_factory() as gym:
+        stored = await wait_for_rollout(gym.client, session["session_id"], "lost")
+        assert stored["failure"] == "server_shutdown"
+        assert stored["num_turns"] == 1

@@ -1,0 +1,86 @@
+"""The `gym-server` command line: catalog commands, `play` driven through stdin, and `init` whose
+scaffolded project passes its own tests (entry-point discovery is tested in tests/sdk)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gym_server.cli.main import app
+from gym_server.environments.counter.env import CounterEnv
+
+runner = CliRunner()
+
+
+def test_envs_list_and_show() -> None:
+    listed = runner.invoke(app, ["envs", "list"], terminal_width=200)
+    assert listed.exit_code == 0, listed.output
+    assert "counter" in listed.output and "multi-turn" in listed.output
+    shown = runner.invoke(app, ["envs", "show", "counter"], terminal_width=200)
+    assert shown.exit_code == 0
+    assert '"name": "add"' in shown.output
+
+
+def test_unknown_env_is_a_clear_error() -> None:
+    result = runner.invoke(app, ["envs", "show", "nope"])
+    assert result.exit_code == 2
+    assert "no environment named 'nope'" in result.output
+
+
+def test_tasks_hides_answers() -> None:
+    result = runner.invoke(app, ["tasks", "counter", "--split", "validation", "--limit", "3"], terminal_width=200)
+    assert result.exit_code == 0
+    assert "counter-0050" in result.output and "counter-0053" not in result.output
+
+
+def test_play_an_episode_through_stdin() -> None:
+    task = CounterEnv.dataset().get("counter-0000")
+    assert task is not None
+    target, start = int(task.answer), 20  # counter-0000 with seed 0 starts at 20 (see the fixtures)
+    lines = ["/tools", "/call read {}", "/call add {oops", "/frobnicate"]
+    value = start
+    while value != target:
+        amount = max(-10, min(10, target - value))
+        lines.append(f'/call add {{"amount": {amount}}}')
+        value += amount
+    lines.append("/call submit")
+    result = runner.invoke(app, ["play", "counter", "--task", "counter-0000", "--seed", "0"],
+                           input="\n".join(lines) + "\n", terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "not valid JSON" in result.output
+    assert "unknown command /frobnicate" in result.output
+    assert "episode over: submitted" in result.output
+    assert '{"reached":1.0,"submitted":1.0}' in result.output
+
+
+def test_play_quits_cleanly_on_end_of_input() -> None:
+    result = runner.invoke(app, ["play", "counter"], input="")
+    assert result.exit_code == 0
+    assert "episode over: quit" in result.output
+
+
+def test_init_refuses_bad_names_and_non_empty_folders(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["init", "Bad-Name", "--dir", str(tmp_path)]).exit_code == 2
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    result = runner.invoke(app, ["init", "taken", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "not empty" in result.output
+
+
+@pytest.mark.slow
+def test_init_scaffolds_a_project_whose_tests_pass(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["init", "notes", "--dir", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    project = tmp_path / "notes"
+    for relative in ("pyproject.toml", "README.md", "gym_env_notes/env.py", "gym_env_notes/data/train.jsonl",
+                     "gym_env_notes/data/validation.jsonl", "gym_env_notes/fixtures/golden.jsonl",
+                     "tests/test_env.py"):
+        assert (project / relative).is_file(), relative
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project,
+                           capture_output=True, text=True, timeout=120)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "5 passed" in tests.stdout

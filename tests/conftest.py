@@ -1,0 +1,160 @@
+"""Shared fixtures: settings on a temporary SQLite file or a throwaway PostgreSQL database, an app
+served in-process (with its lifespan), and a real `gym-server serve` process on a loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from fastapi import FastAPI
+
+from gym_server.app import create_app
+from gym_server.settings import Settings
+
+POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "server_name": "test-server",
+        "store": {"url": database_url, "flush_interval_s": 0.02},
+        "sessions": {"reap_interval_s": 0.05},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return Settings(**base)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run, dropped afterwards."""
+    name = f"gym_test_{uuid.uuid4().hex[:10]}"
+    try:
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL at {POSTGRES_ADMIN} is required for postgres tests: {exc}")
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test using this runs twice: on a SQLite file and on the PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'gym.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@dataclass
+class AppHarness:
+    app: FastAPI
+    client: httpx.AsyncClient
+    settings: Settings
+
+
+@pytest.fixture
+def app_factory(database_url: str) -> Callable[..., Any]:
+    """Build an app on the parametrized database with overridden settings; use as an async context."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def factory(**overrides: Any) -> AsyncIterator[AppHarness]:
+        settings = make_settings(database_url, **overrides)
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+                yield AppHarness(app, client, settings)
+
+    return factory
+
+
+@pytest.fixture
+async def gym(app_factory: Callable[..., Any]) -> AsyncIterator[AppHarness]:
+    async with app_factory() as harness:
+        yield harness
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A real `gym-server serve` process on loopback."""
+
+    url: str
+    env: dict[str, str]
+    args: list[str]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        self.process = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                output = self.process.stdout.read().decode() if self.process.stdout else ""
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{output}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError("server did not become ready")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> str:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            output, _ = self.process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            output, _ = self.process.communicate()
+        self.process = None
+        return output.decode(errors="replace") if output else ""
+
+    def kill(self) -> str:
+        return self.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def factory(database_url: str, **env: str) -> ServerProcess:
+        port = free_port()
+        environ = {**os.environ, "GYM_SERVER_NAME": f"e2e-{port}", "GYM_DATABASE_URL": database_url,
+                   "GYM_STORE__FLUSH_INTERVAL_S": "0.02", **env}
+        args = [sys.executable, "-m", "gym_server.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        server = ServerProcess(url=f"http://127.0.0.1:{port}", env=environ, args=args)
+        started.append(server)
+        return server
+
+    yield factory
+    for server in started:
+        if server.process is not None:
+            server.kill()

@@ -1,0 +1,93 @@
+"""A real `gym-server serve` process on loopback: an episode over TCP, and restarts that lose nothing.
+
+Parametrized over SQLite and the PostgreSQL server. A crash (SIGKILL) leaves the session's `live` row,
+which the next start marks `lost`; a graceful stop records live sessions as lost itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import ServerProcess
+from gymtest import call, target_of
+
+pytestmark = pytest.mark.slow
+
+
+def play_counter(client: httpx.Client) -> dict[str, Any]:
+    created = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0003", "seed": 5, "run": "e2e"})
+    assert created.status_code == 201, created.text
+    sid = created.json()["session_id"]
+    value = int(client.post(f"/v1/sessions/{sid}/step", json={"message": call("read")}).json()["messages"][0]["content"])
+    target = target_of(created.json()["messages"])
+    while value != target:
+        amount = max(-10, min(10, target - value))
+        reply = client.post(f"/v1/sessions/{sid}/step", json={"message": call("add", {"amount": amount})})
+        value = int(reply.json()["messages"][0]["content"])
+    done = client.post(f"/v1/sessions/{sid}/step", json={"message": call("submit")}).json()
+    assert done["done"] and done["reward"] == 1.0
+    assert client.delete(f"/v1/sessions/{sid}").status_code == 204
+    return dict(created.json())
+
+
+def wait_status(client: httpx.Client, rollout_id: str, status: str, timeout_s: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    body: Any = None
+    while time.monotonic() < deadline:
+        response = client.get(f"/v1/rollouts/{rollout_id}")
+        if response.status_code == 200:
+            body = response.json()
+            if body["status"] == status:
+                return dict(body)
+        time.sleep(0.05)
+    raise AssertionError(f"{rollout_id} never reached {status}: {body}")
+
+
+def test_episode_over_tcp_and_restart_after_crash(
+    server_factory: Callable[..., ServerProcess], database_url: str
+) -> None:
+    server = server_factory(database_url)
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        finished = play_counter(client)
+        wait_status(client, finished["session_id"], "completed")
+        live = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0001"}).json()
+        client.post(f"/v1/sessions/{live['session_id']}/step", json={"message": call("read")})
+        bad = client.post(f"/v1/sessions/{live['session_id']}/step", content=b"{oops",
+                          headers={"content-type": "application/json"})
+        assert bad.status_code == 422 and bad.headers["content-type"] == "application/problem+json"
+        time.sleep(0.2)  # let the writer flush the live row before the crash
+
+    server.kill()  # SIGKILL: no shutdown hook runs
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        lost = wait_status(client, live["session_id"], "lost")
+        assert lost["failure"] == "server_restart"
+        kept = wait_status(client, finished["session_id"], "completed")
+        assert kept["reward"] == 1.0 and kept["run"] == "e2e"
+        gone = client.post(f"/v1/sessions/{live['session_id']}/step", json={"message": call("read")})
+        assert gone.status_code == 404
+        assert client.get(f"/v1/sessions/{live['session_id']}").json()["status"] == "lost"
+
+
+def test_graceful_stop_records_live_sessions_as_lost(
+    server_factory: Callable[..., ServerProcess], database_url: str
+) -> None:
+    server = server_factory(database_url)
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        live = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0002"}).json()
+        client.post(f"/v1/sessions/{live['session_id']}/step", json={"message": call("add", {"amount": 2})})
+    output = server.stop()
+    assert "1 live sessions recorded as lost" in output
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        lost = wait_status(client, live["session_id"], "lost")
+        assert lost["failure"] == "server_shutdown"
+        assert lost["num_turns"] == 1
+        assert lost["messages"][-1]["content"] != ""

@@ -1,0 +1,65 @@
+"""Helpers shared by the API, end-to-end and CLI tests: message builders and a counter episode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+
+def call(name: str, arguments: Any = None, call_id: str = "c0") -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+async def open_counter(client: httpx.AsyncClient, task_id: str = "counter-0000", seed: int = 0, **extra: Any) -> dict[str, Any]:
+    response = await client.post("/v1/sessions", json={"env": "counter", "task_id": task_id, "seed": seed, **extra})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def step(client: httpx.AsyncClient, session_id: str, message: dict[str, Any]) -> httpx.Response:
+    return await client.post(f"/v1/sessions/{session_id}/step", json={"message": message})
+
+
+def target_of(messages: list[dict[str, Any]]) -> int:
+    """The counter target named in the episode's user prompt."""
+    prompt = next(m["content"] for m in messages if m["role"] == "user")
+    return int(prompt.split("to ")[1].split(",")[0])
+
+
+async def solve_counter(client: httpx.AsyncClient, session_id: str) -> dict[str, Any]:
+    """Play the counter to its target: read, add in steps of at most 10, submit. Returns the last step."""
+    read = (await step(client, session_id, call("read"))).json()
+    value = int(read["messages"][0]["content"])
+    state = (await client.get(f"/v1/sessions/{session_id}")).json()
+    target = target_of(state["messages"])
+    while value != target:
+        amount = max(-10, min(10, target - value))
+        value = int((await step(client, session_id, call("add", {"amount": amount}))).json()["messages"][0]["content"])
+    last = await step(client, session_id, call("submit"))
+    assert last.status_code == 200, last.text
+    return dict(last.json())
+
+
+async def wait_for_rollout(client: httpx.AsyncClient, rollout_id: str, status: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Poll the store (the writer batches) until the trajectory reaches `status`."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        response = await client.get(f"/v1/rollouts/{rollout_id}")
+        if response.status_code == 200:
+            last = response.json()
+            if last["status"] == status:
+                return dict(last)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"rollout {rollout_id} did not reach {status}: {last}")

@@ -1,0 +1,234 @@
+"""`TrajectoryStore` on real databases: batching, coalescing, reads, lifecycle, and surviving an outage
+(see the `outage` fixture for how a database is taken down)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+
+from gym_server.errors import StoreUnavailable
+from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.writer import TrajectoryStore
+
+RecordFactory = Callable[..., TrajectoryRecord]
+Outage = Callable[[str], AbstractContextManager[None]]
+
+
+async def eventually(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Poll until `predicate()` holds; fail at the deadline (a safety net, not a performance bound)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not reached before the deadline")
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+async def eager_store(empty_url: str) -> AsyncIterator[TrajectoryStore]:
+    """A store on a private database that writes on its own every 10 ms and retries quickly."""
+    url = f"{empty_url}?timeout=0.05" if empty_url.startswith("sqlite") else empty_url
+    trajectory_store = TrajectoryStore(url, flush_interval_s=0.01, max_backoff_s=0.05)
+    await trajectory_store.start()
+    yield trajectory_store
+    await trajectory_store.stop(drain_timeout_s=5.0)
+
+
+async def test_record_flush_get(store: TrajectoryStore, full_record: TrajectoryRecord) -> None:
+    store.record(full_record)
+    assert store.pending == 1
+    assert await store.get(full_record.id) is full_record  # read-your-writes before the flush
+    assert await store.count() == 0
+    await store.flush()
+    assert (store.pending, store.written, store.healthy, store.last_error) == (0, 1, True, None)
+    stored = await store.get(full_record.id)
+    assert stored == full_record
+    assert stored is not full_record
+    assert await store.get("missing") is None
+
+
+async def test_same_id_coalesces_while_queued(store: TrajectoryStore, make_record: RecordFactory) -> None:
+    versions = [make_record(id="s1", num_turns=n) for n in range(3)]
+    other = make_record()
+    for record in [versions[0], other, *versions[1:]]:
+        store.record(record)
+    assert store.pending == 2
+    await store.flush()
+    assert store.written == 2
+    assert await store.get("s1") == versions[-1]
+    store.record(make_record(id="s1", status=TrajectoryStatus.COMPLETED, reward=1.0))
+    await store.flush()
+    stored = await store.get("s1")
+    assert stored is not None
+    assert (stored.status, stored.reward, store.written) == ("completed", 1.0, 3)
+
+
+async def test_full_batch_is_written_without_waiting_for_the_window(
+    store_url: str, make_record: RecordFactory
+) -> None:
+    store = TrajectoryStore(store_url, flush_interval_s=3600.0, batch_size=4)
+    await store.start()
+    try:
+        records = [make_record() for _ in range(10)]
+        for record in records:
+            store.record(record)
+        await eventually(lambda: store.written >= 8)  # two full batches; the window never elapsed
+        await store.flush()
+        assert store.written == 10
+        assert await store.list(limit=100) == sorted(records, key=lambda r: r.created_at, reverse=True)
+    finally:
+        await store.stop()
+
+
+async def test_stop_flushes_and_is_idempotent(store_url: str, make_record: RecordFactory) -> None:
+    store = TrajectoryStore(store_url, flush_interval_s=3600.0)
+    await store.start()
+    records = [make_record() for _ in range(5)]
+    for record in records:
+        store.record(record)
+    await store.stop()
+    await store.stop()
+    assert (store.pending, store.written) == (0, 5)
+    with pytest.raises(RuntimeError, match="stopped"):
+        store.record(make_record())
+    assert not await store.ping()
+    reopened = TrajectoryStore(store_url)
+    await reopened.start()
+    try:
+        assert await reopened.count() == 5
+    finally:
+        await reopened.stop()
+
+
+async def test_queries_through_the_store(store: TrajectoryStore, make_record: RecordFactory) -> None:
+    records = [make_record(run="r", server_name="me") for _ in range(4)]
+    records += [make_record(run="q", status=TrajectoryStatus.COMPLETED, server_name="me")]
+    for record in records:
+        store.record(record)
+    await store.flush()
+    assert await store.ping()
+    assert await store.count(run="r") == 4
+    assert [r.id for r in await store.list(run="r", offset=1, limit=2)] == [records[2].id, records[1].id]
+    assert await store.list(env="math", task_id="task-1", status=TrajectoryStatus.LIVE) == [records[1]]
+    assert await store.mark_lost("me") == 4
+    assert await store.count(status=TrajectoryStatus.LOST) == 4
+    rescore = await store.add_rescore(records[4].id, reward=0.5, components={"a": 0.5}, verifier_version="v9")
+    assert rescore.previous_reward is None
+    assert await store.list_rescores(records[4].id) == [rescore]
+
+
+async def test_a_record_the_database_rejects_is_skipped(
+    store: TrajectoryStore, make_record: RecordFactory
+) -> None:
+    good = [make_record() for _ in range(3)]
+    bad = make_record(metadata={"not json": object()})
+    for record in [good[0], bad, *good[1:]]:
+        store.record(record)
+    await store.flush()
+    assert (store.written, store.dropped, store.pending, store.healthy) == (3, 1, 0, True)
+    stored_ids = {record.id for record in await store.list()}
+    assert stored_ids == {record.id for record in good}
+
+
+async def test_writer_survives_an_outage(
+    eager_store: TrajectoryStore, make_record: RecordFactory, outage: Outage
+) -> None:
+    store = eager_store
+    before = make_record()
+    store.record(before)
+    await store.flush()
+    records = [make_record() for _ in range(5)]
+    with outage(store._url):
+        for record in records:
+            store.record(record)
+        await eventually(lambda: not store.healthy)
+        assert store.last_error
+        assert store.pending == 5
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await store.flush()
+        # Queued ids still coalesce while down (a write already under way may still carry the older version).
+        replacement = make_record(id=records[0].id, reward=0.25)
+        store.record(replacement)
+        assert store.pending == 5
+        if store._url.startswith("postgresql"):
+            with pytest.raises(StoreUnavailable, match="unavailable"):
+                await store.get(before.id)
+            assert not await store.ping()
+    async with asyncio.timeout(30):
+        await store.flush()
+    assert (store.healthy, store.last_error, store.pending, store.dropped) == (True, None, 0, 0)
+    assert await store.count() == 6
+    assert (await store.get(records[0].id)) == replacement
+    assert await store.ping()
+
+
+async def test_stop_gives_up_after_the_drain_timeout_when_the_database_stays_down(
+    eager_store: TrajectoryStore, make_record: RecordFactory, outage: Outage, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = eager_store
+    with outage(store._url), caplog.at_level(logging.ERROR, logger="gym_server.store.writer"):
+        store.record(make_record())
+        await eventually(lambda: not store.healthy)
+        waiting = asyncio.ensure_future(store.flush())
+        await store.stop(drain_timeout_s=0.2)
+        with pytest.raises(StoreUnavailable, match="1 trajectories unwritten"):
+            await waiting
+    assert store.pending == 1
+    assert "stopped with 1 trajectories unwritten" in caplog.text
+
+
+async def test_lifecycle_misuse(store_url: str, make_record: RecordFactory) -> None:
+    store = TrajectoryStore(store_url)
+    assert not await store.ping()
+    await store.flush()  # nothing queued: nothing to wait for
+    store.record(make_record())
+    with pytest.raises(RuntimeError, match="not running"):
+        await store.flush()
+    with pytest.raises(RuntimeError, match="not running"):
+        await store.count()
+    await store.start()
+    with pytest.raises(RuntimeError, match="starts once"):
+        await store.start()
+    await store.flush()
+    assert store.written == 1
+    await store.stop()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"flush_interval_s": 0}, {"batch_size": 0}, {"max_backoff_s": -1.0}],
+    ids=["interval", "batch", "backoff"],
+)
+def test_invalid_settings(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        TrajectoryStore("sqlite:///x.db", **kwargs)  # type: ignore[arg-type]
+
+
+def test_repr_hides_the_password() -> None:
+    store = TrajectoryStore("postgresql://gym:s3cret@db.example/gym")
+    assert repr(store) == (
+        "TrajectoryStore(url='postgresql://gym:***@db.example/gym', pending=0, written=0, healthy=True)"
+    )
+
+
+async def test_start_fails_clearly_on_an_unusable_sqlite_path(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    store = TrajectoryStore(f"sqlite:///{tmp_path / 'file' / 'gym.db'}")
+    with pytest.raises(StoreUnavailable, match="cannot migrate"):
+        await store.start()
+
+
+@pytest.mark.postgres
+async def test_start_fails_clearly_on_a_missing_postgres_database() -> None:
+    store = TrajectoryStore("postgresql+psycopg://postgres:pw@127.0.0.1:5432/gym_no_such_database")
+    with pytest.raises(
+        StoreUnavailable, match=r"cannot migrate .*postgres:\*\*\*@.*does not exist"
+    ) as caught:
+        await store.start()
+    assert "pw@" not in caught.value.detail
