@@ -45,8 +45,11 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
         await store.start()
         lost = await store.mark_lost(settings.server_name)
         if lost:
-            log.warning("marked %d sessions of %r lost: they were live when the server last stopped", lost,
-                        settings.server_name)
+            log.warning(
+                "marked %d sessions of %r lost: they were live when the server last stopped",
+                lost,
+                settings.server_name,
+            )
         manager = SessionManager(app.state.registry, store, settings)
         reaper = Reaper(manager, settings.sessions.reap_interval_s)
         app.state.store, app.state.manager = store, manager

@@ -110,7 +110,9 @@ class ServerProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 30.0) -> None:
-        self.process = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -147,9 +149,23 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 
     def factory(database_url: str, **env: str) -> ServerProcess:
         port = free_port()
-        environ = {**os.environ, "GYM_SERVER_NAME": f"e2e-{port}", "GYM_DATABASE_URL": database_url,
-                   "GYM_STORE__FLUSH_INTERVAL_S": "0.02", **env}
-        args = [sys.executable, "-m", "gym_server.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        environ = {
+            **os.environ,
+            "GYM_SERVER_NAME": f"e2e-{port}",
+            "GYM_DATABASE_URL": database_url,
+            "GYM_STORE__FLUSH_INTERVAL_S": "0.02",
+            **env,
+        }
+        args = [
+            sys.executable,
+            "-m",
+            "gym_server.cli.main",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         server = ServerProcess(url=f"http://127.0.0.1:{port}", env=environ, args=args)
         started.append(server)
         return server

@@ -10,16 +10,23 @@ import orjson
 
 def call(name: str, arguments: Any = None, call_id: str = "c0") -> dict[str, Any]:
     args = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}],
+    }
 
 
 def say(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
 
 
-async def open_counter(client: httpx.AsyncClient, task_id: str = "counter-0000", seed: int = 0, **extra: Any) -> dict[str, Any]:
-    response = await client.post("/v1/sessions", json={"env": "counter", "task_id": task_id, "seed": seed, **extra})
+async def open_counter(
+    client: httpx.AsyncClient, task_id: str = "counter-0000", seed: int = 0, **extra: Any
+) -> dict[str, Any]:
+    response = await client.post(
+        "/v1/sessions", json={"env": "counter", "task_id": task_id, "seed": seed, **extra}
+    )
     assert response.status_code == 201, response.text
     return dict(response.json())
 
@@ -42,13 +49,17 @@ async def solve_counter(client: httpx.AsyncClient, session_id: str) -> dict[str,
     target = target_of(state["messages"])
     while value != target:
         amount = max(-10, min(10, target - value))
-        value = int((await step(client, session_id, call("add", {"amount": amount}))).json()["messages"][0]["content"])
+        value = int(
+            (await step(client, session_id, call("add", {"amount": amount}))).json()["messages"][0]["content"]
+        )
     last = await step(client, session_id, call("submit"))
     assert last.status_code == 200, last.text
     return dict(last.json())
 
 
-async def wait_for_rollout(client: httpx.AsyncClient, rollout_id: str, status: str, timeout_s: float = 10.0) -> dict[str, Any]:
+async def wait_for_rollout(
+    client: httpx.AsyncClient, rollout_id: str, status: str, timeout_s: float = 10.0
+) -> dict[str, Any]:
     """Poll the store (the writer batches) until the trajectory reaches `status`."""
     import asyncio
     import time

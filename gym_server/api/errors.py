@@ -25,22 +25,41 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 log = logging.getLogger(__name__)
 
 
-def problem_body(status: int, slug: str, title: str, detail: str, instance: str | None = None, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": f"urn:gym-server:problem:{slug}", "title": title, "status": status, "detail": detail}
+def problem_body(
+    status: int, slug: str, title: str, detail: str, instance: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"urn:gym-server:problem:{slug}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
     if instance:
         body["instance"] = instance
     body.update(extra)
     return body
 
 
-def problem(status: int, slug: str, title: str, detail: str, *, instance: str | None = None,
-            headers: dict[str, str] | None = None, **extra: Any) -> Response:
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response:
     body = problem_body(status, slug, title, detail, instance, **extra)
-    return Response(orjson.dumps(body, default=str), status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+    return Response(
+        orjson.dumps(body, default=str), status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers
+    )
 
 
 def gym_error_problem(exc: GymError, instance: str | None = None) -> Response:
-    return problem(exc.status, exc.slug, exc.title, exc.detail, instance=instance, headers=exc.headers, **exc.extra)
+    return problem(
+        exc.status, exc.slug, exc.title, exc.detail, instance=instance, headers=exc.headers, **exc.extra
+    )
 
 
 async def _on_gym_error(request: Request, exc: Exception) -> Response:
@@ -62,7 +81,9 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
         detail = "the request body is not valid JSON"
     else:
         detail = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:5])
-    return problem(422, "invalid-request", "Invalid request", detail, instance=request.url.path, errors=errors)
+    return problem(
+        422, "invalid-request", "Invalid request", detail, instance=request.url.path, errors=errors
+    )
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -71,14 +92,25 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         detail = f"no route {request.method} {request.url.path}; see /docs or /openapi.json"
     slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-    return problem(exc.status_code, slug, detail.split(";")[0][:80], detail, instance=request.url.path,
-                   headers=dict(exc.headers or {}))
+    return problem(
+        exc.status_code,
+        slug,
+        detail.split(";")[0][:80],
+        detail,
+        instance=request.url.path,
+        headers=dict(exc.headers or {}),
+    )
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem(500, "internal", "Internal error",
-                   "the server hit an unexpected error; it is logged, and no state was lost", instance=request.url.path)
+    return problem(
+        500,
+        "internal",
+        "Internal error",
+        "the server hit an unexpected error; it is logged, and no state was lost",
+        instance=request.url.path,
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

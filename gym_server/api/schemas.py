@@ -30,11 +30,15 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid")
-_EXAMPLE_CALL = {
+_EXAMPLE_CALL: dict[str, Any] = {
     "role": "assistant",
     "content": None,
     "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "search_inbox", "arguments": '{"query": "budget"}'}}
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "search_inbox", "arguments": '{"query": "budget"}'},
+        }
     ],
 }
 
@@ -61,11 +65,17 @@ class CreateSessionRequest(TaskRef):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"env": "workplace", "task_id": "workplace-00001", "seed": 7, "ttl_s": 300}]},
+        json_schema_extra={
+            "examples": [{"env": "workplace", "task_id": "workplace-00001", "seed": 7, "ttl_s": 300}]
+        },
     )
 
-    ttl_s: float | None = Field(None, gt=0, description="idle time-to-live in seconds (server maximum applies)")
-    run: str | None = Field(None, max_length=256, description="groups trajectories of one training or eval run")
+    ttl_s: float | None = Field(
+        None, gt=0, description="idle time-to-live in seconds (server maximum applies)"
+    )
+    run: str | None = Field(
+        None, max_length=256, description="groups trajectories of one training or eval run"
+    )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -101,7 +111,9 @@ class StepRequest(BaseModel):
 
 
 class StepResponse(BaseModel):
-    messages: list[dict[str, Any]] = Field(description="tool results and user turns produced by the environment")
+    messages: list[dict[str, Any]] = Field(
+        description="tool results and user turns produced by the environment"
+    )
     done: bool
     reward: float | None = Field(None, description="set when the step ended the episode")
     info: dict[str, Any]
@@ -131,11 +143,15 @@ class VerifyRequest(TaskRef):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"env": "math", "task_id": "math-00001", "completion": "\\boxed{42}"}]},
+        json_schema_extra={
+            "examples": [{"env": "math", "task_id": "math-00001", "completion": "\\boxed{42}"}]
+        },
     )
 
     completion: str | None = Field(None, description="the final assistant text (single-turn tasks)")
-    messages: list[Message] | None = Field(None, description="a transcript whose assistant turns are replayed")
+    messages: list[Message] | None = Field(
+        None, description="a transcript whose assistant turns are replayed"
+    )
 
     @model_validator(mode="after")
     def _one_answer(self) -> VerifyRequest:

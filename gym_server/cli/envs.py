@@ -32,8 +32,14 @@ def list_envs() -> None:
     for entry in Registry.discover():
         splits = ", ".join(f"{name} {count}" for name, count in entry.dataset.split_sizes().items()) or "-"
         kind = "multi-turn" if entry.cls.multi_turn else "single-turn"
-        table.add_row(entry.name, kind, entry.version, str(len(entry.cls.catalog_tools())), splits,
-                      entry.cls.description)
+        table.add_row(
+            entry.name,
+            kind,
+            entry.version,
+            str(len(entry.cls.catalog_tools())),
+            splits,
+            entry.cls.description,
+        )
     console.print(table)
 
 
@@ -43,7 +49,9 @@ def show_env(name: Annotated[str, typer.Argument(help="environment name")]) -> N
     entry = load_entry(name)
     console.print(f"[bold]{entry.name}[/]  version {entry.version}  verifier {entry.verifier_version}")
     console.print(entry.cls.description)
-    console.print(f"max turns: {entry.cls.max_turns or 'server limit'}; splits: {entry.dataset.split_sizes()}")
+    console.print(
+        f"max turns: {entry.cls.max_turns or 'server limit'}; splits: {entry.dataset.split_sizes()}"
+    )
     for schema in entry.cls.catalog_tools():
         console.print(Syntax(orjson.dumps(schema, option=orjson.OPT_INDENT_2).decode(), "json"))
 

@@ -72,8 +72,9 @@ async def _episode(env: Environment, settings: Settings) -> None:
             except ValueError as exc:
                 console.print(f"[red]{exc}[/]")
                 continue
-            outcome = await env.step(message, tool_timeout_s=limits.tool_timeout_s,
-                                     max_tool_calls=limits.max_tool_calls_per_turn)
+            outcome = await env.step(
+                message, tool_timeout_s=limits.tool_timeout_s, max_tool_calls=limits.max_tool_calls_per_turn
+            )
             _show(outcome.messages)
         result = await run_verifier(env, limits.verify_timeout_s)
         table = Table("reward", "components", "failure", title=f"episode over: {env.done_reason or 'quit'}")
@@ -107,8 +108,13 @@ def parse_turn(line: str) -> dict[str, Any]:
             name, _, arguments = part.strip().partition(" ")
             if not name:
                 raise ValueError("usage: /call NAME {json arguments}")
-            calls.append({"id": f"call_{index}", "type": "function",
-                          "function": {"name": name, "arguments": arguments.strip() or "{}"}})
+            calls.append(
+                {
+                    "id": f"call_{index}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments.strip() or "{}"},
+                }
+            )
         return {"role": "assistant", "content": None, "tool_calls": calls}
     if line.startswith("/"):
         raise ValueError(f"unknown command {line.split()[0]}; /help lists them")
@@ -119,8 +125,14 @@ def _show(messages: list[dict[str, Any]]) -> None:
     for message in messages:
         role = message.get("role", "?")
         title = f"{role}" + (f" · {message['name']}" if message.get("name") else "")
-        console.print(Panel(str(message.get("content") or ""), title=title, title_align="left",
-                            border_style={"system": "dim", "user": "cyan", "tool": "yellow"}.get(role, "white")))
+        console.print(
+            Panel(
+                str(message.get("content") or ""),
+                title=title,
+                title_align="left",
+                border_style={"system": "dim", "user": "cyan", "tool": "yellow"}.get(role, "white"),
+            )
+        )
 
 
 def _show_tools(tools: list[dict[str, Any]]) -> None:

@@ -31,8 +31,10 @@ def init(
 ) -> None:
     """Scaffold a new environment: class, dataset, golden fixtures, README and a passing test."""
     if not NAME.match(name):
-        console.print(f"[red]error:[/] {name!r} is not a valid name: use lowercase letters, digits and '_' "
-                      "(starting with a letter, at most 48)")
+        console.print(
+            f"[red]error:[/] {name!r} is not a valid name: use lowercase letters, digits and '_' "
+            "(starting with a letter, at most 48)"
+        )
         raise typer.Exit(2)
     root = directory / name
     if root.exists() and any(root.iterdir()) and not force:
@@ -43,13 +45,19 @@ def init(
     for path in written:
         tree.add(str(path.relative_to(root)))
     console.print(tree)
-    console.print(f"next: [bold]cd {root} && pip install -e . && pytest[/], then [bold]gym-server play {name}[/]")
+    console.print(
+        f"next: [bold]cd {root} && pip install -e . && pytest[/], then [bold]gym-server play {name}[/]"
+    )
 
 
 def scaffold(name: str, root: Path) -> list[Path]:
     """Write the project and return the files written."""
     package = f"gym_env_{name}"
-    values = {"name": name, "package": package, "cls": "".join(p.capitalize() for p in name.split("_")) + "Env"}
+    values = {
+        "name": name,
+        "package": package,
+        "cls": "".join(p.capitalize() for p in name.split("_")) + "Env",
+    }
     files: dict[Path, str] = {
         root / "pyproject.toml": _fill("pyproject.toml.tmpl", values),
         root / "README.md": _fill("README.md.tmpl", values),
@@ -81,27 +89,56 @@ def _example_tasks(name: str, count: int) -> list[dict[str, Any]]:
     for index in range(count):
         notes = {key: str(rng.randint(2, 99)) for key in rng.sample(_NOTES, 3)}
         key = rng.choice(sorted(notes))
-        tasks.append({
-            "id": f"{name}-{index:04d}",
-            "prompt": f"How many {key} does the note '{key}' record?",
-            "answer": {"value": notes[key], "key": key, "notes": notes},
-        })
+        tasks.append(
+            {
+                "id": f"{name}-{index:04d}",
+                "prompt": f"How many {key} does the note '{key}' record?",
+                "answer": {"value": notes[key], "key": key, "notes": notes},
+            }
+        )
     return tasks
 
 
 def _golden(task: dict[str, Any]) -> list[dict[str, Any]]:
     key, value = task["answer"]["key"], task["answer"]["value"]
-    lookup = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": orjson.dumps({"key": key}).decode()}}
-    ]}
-    bad_call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": "{not json"}}
-    ]}
+    lookup = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": orjson.dumps({"key": key}).decode()},
+            }
+        ],
+    }
+    bad_call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": "{not json"}}
+        ],
+    }
     return [
-        {"name": "full", "task_id": task["id"], "seed": 0, "reward": 1.0,
-         "assistant": [lookup, {"role": "assistant", "content": value}]},
-        {"name": "zero", "task_id": task["id"], "seed": 0, "reward": 0.0,
-         "assistant": [{"role": "assistant", "content": "I do not know."}]},
-        {"name": "malformed", "task_id": task["id"], "seed": 0, "reward": 0.0,
-         "assistant": [bad_call, {"role": "assistant", "content": "<answer>?</answer>"}]},
+        {
+            "name": "full",
+            "task_id": task["id"],
+            "seed": 0,
+            "reward": 1.0,
+            "assistant": [lookup, {"role": "assistant", "content": value}],
+        },
+        {
+            "name": "zero",
+            "task_id": task["id"],
+            "seed": 0,
+            "reward": 0.0,
+            "assistant": [{"role": "assistant", "content": "I do not know."}],
+        },
+        {
+            "name": "malformed",
+            "task_id": task["id"],
+            "seed": 0,
+            "reward": 0.0,
+            "assistant": [bad_call, {"role": "assistant", "content": "<answer>?</answer>"}],
+        },
     ]

@@ -132,17 +132,19 @@ class Environment:
         """The tool schemas offered in this episode (OpenAI function format)."""
         return [spec.schema() for spec in self.tool_specs.values()]
 
-    async def on_assistant(self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int) -> list[
-        dict[str, Any]
-    ]:
+    async def on_assistant(
+        self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int
+    ) -> list[dict[str, Any]]:
         """Answer one assistant message: run its tool calls, or hand a plain reply to `respond()`."""
         calls = message.get("tool_calls") or []
         if calls:
-            return await self.run_tool_calls(calls, tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls)
+            return await self.run_tool_calls(
+                calls, tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls
+            )
         return await self.respond(message)
 
     async def respond(self, message: dict[str, Any]) -> list[dict[str, Any]]:
-        """Answer an assistant message without tool calls. By default it is the final answer: the episode ends.
+        """Answer an assistant message without tool calls. By default it is the final answer.
 
         A multi-turn environment with a simulated user returns user messages here instead.
         """
@@ -176,7 +178,9 @@ class Environment:
             if not call.get("id"):
                 call["id"] = f"call_{self.turns}_{index}"
         self.messages.append(message)
-        replies = await self.on_assistant(message, tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls)
+        replies = await self.on_assistant(
+            message, tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls
+        )
         self.messages.extend(replies)
         return StepOutcome(messages=replies, done=self.done, info={"turn": self.turns})
 

@@ -26,7 +26,7 @@ def _check_text(value: str) -> str:
 
 
 class FunctionCall(BaseModel):
-    """The function part of a tool call; `arguments` is a JSON string as OpenAI sends it (an object is accepted)."""
+    """The function of a tool call; `arguments` is a JSON string as OpenAI sends it (or an object)."""
 
     model_config = ConfigDict(extra="forbid")
 

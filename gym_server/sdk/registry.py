@@ -97,7 +97,7 @@ class Registry:
 
     @classmethod
     def discover(cls, group: str = ENTRY_POINT_GROUP) -> Registry:
-        """Load every environment advertised by installed distributions; a broken one is logged and skipped."""
+        """Load every environment advertised by installed distributions; broken ones are logged, skipped."""
         registry = cls()
         for point in sorted(entry_points(group=group), key=lambda p: p.name):
             try:

@@ -29,7 +29,9 @@ class Task(BaseModel):
     prompt: str | list[dict[str, Any]] = Field(
         description="the user's request, or the full opening messages of the episode"
     )
-    answer: Any = Field(None, description="hidden from the model and the catalog; the verifier's ground truth")
+    answer: Any = Field(
+        None, description="hidden from the model and the catalog; the verifier's ground truth"
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     def public(self) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast, get_type_hints, overload
+from typing import Any, TypeVar, get_type_hints, overload
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -45,7 +45,7 @@ class ToolSpec:
         tool_name = name or fn.__name__
         if not TOOL_NAME.match(tool_name):
             raise ValueError(
-                f"tool name {tool_name!r} must start with a letter and use letters, digits, '_' or '-' (max 64)"
+                f"tool name {tool_name!r} must start with a letter; letters, digits, '_', '-'; 64 at most"
             )
         summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         hints = get_type_hints(fn, include_extras=True)
@@ -59,14 +59,12 @@ class ToolSpec:
                 raise ValueError(f"tool {tool_name!r}: parameter {param.name!r} needs a type hint")
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (hints[param.name], default)
-        model = create_model(  # type: ignore[call-overload]
-            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        model = create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         for field_name, text in arg_docs.items():
             if field_name in model.model_fields:
                 model.model_fields[field_name].description = text
         model.model_rebuild(force=True)
-        return cls(name=tool_name, description=summary, arguments=cast(type[BaseModel], model), function=fn)
+        return cls(name=tool_name, description=summary, arguments=model, function=fn)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema of this tool."""
@@ -77,14 +75,19 @@ class ToolSpec:
             "function": {"name": self.name, "description": self.description, "parameters": parameters},
         }
 
-    async def invoke(self, owner: object, arguments: str | dict[str, Any], timeout_s: float) -> tuple[str, bool]:
+    async def invoke(
+        self, owner: object, arguments: str | dict[str, Any], timeout_s: float
+    ) -> tuple[str, bool]:
         """Run the tool on `owner` and return `(text for the model, ok)`; never raises."""
         try:
             raw = orjson.loads(arguments or "{}") if isinstance(arguments, str) else arguments
         except orjson.JSONDecodeError as exc:
             return f"Error: arguments for {self.name!r} are not valid JSON ({exc}).", False
         if not isinstance(raw, dict):
-            return f"Error: arguments for {self.name!r} must be a JSON object, got {type(raw).__name__}.", False
+            return (
+                f"Error: arguments for {self.name!r} must be a JSON object, got {type(raw).__name__}.",
+                False,
+            )
         try:
             validated = self.arguments.model_validate(raw)
         except ValidationError as exc:
@@ -96,7 +99,7 @@ class ToolSpec:
         try:
             result = self.function(owner, **kwargs)
             if inspect.isawaitable(result):
-                result = await asyncio.wait_for(cast(Awaitable[Any], result), timeout_s)
+                result = await asyncio.wait_for(result, timeout_s)
         except ToolError as exc:
             return f"Error: {exc}", False
         except TimeoutError:

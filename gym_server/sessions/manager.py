@@ -23,7 +23,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from gym_server.errors import AtCapacity, GymError, InvalidRequest, SessionExpired, SessionFinished, SessionNotFound
+from gym_server.errors import (
+    AtCapacity,
+    GymError,
+    InvalidRequest,
+    SessionExpired,
+    SessionFinished,
+    SessionNotFound,
+)
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
@@ -146,7 +153,9 @@ class SessionManager:
             metadata=metadata or {},
             created_at=utcnow(),
             tools=instance.tools(),
-            max_turns=min(entry.cls.max_turns or self.settings.limits.max_turns, self.settings.limits.max_turns),
+            max_turns=min(
+                entry.cls.max_turns or self.settings.limits.max_turns, self.settings.limits.max_turns
+            ),
             last_active=self._clock(),
         )
         session.transcript_bytes = len(orjson.dumps(instance.messages))
@@ -164,7 +173,9 @@ class SessionManager:
             raise
         except Exception as exc:
             log.exception("environment %s failed to start task %s", entry.name, task.id)
-            raise GymError(f"environment {entry.name!r} failed to start task {task.id!r}: {type(exc).__name__}") from exc
+            raise GymError(
+                f"environment {entry.name!r} failed to start task {task.id!r}: {type(exc).__name__}"
+            ) from exc
         return instance
 
     def get(self, session_id: str) -> LiveSession:
@@ -177,7 +188,9 @@ class SessionManager:
             raise SessionNotFound(session_id)
         return session
 
-    async def step(self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None) -> StepResult:
+    async def step(
+        self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None
+    ) -> StepResult:
         session = self._touch(session_id)
         async with session.lock:
             if session.env.done:
@@ -220,7 +233,9 @@ class SessionManager:
         calls = min(len(message.get("tool_calls") or []), limits.max_tool_calls_per_turn)
         return limits.tool_timeout_s * (calls + 1)
 
-    def _apply_budgets(self, session: LiveSession, message: dict[str, Any], replies: list[dict[str, Any]]) -> None:
+    def _apply_budgets(
+        self, session: LiveSession, message: dict[str, Any], replies: list[dict[str, Any]]
+    ) -> None:
         session.transcript_bytes += len(orjson.dumps(message)) + len(orjson.dumps(replies))
         if session.env.done:
             return
@@ -252,7 +267,9 @@ class SessionManager:
             raise SessionNotFound(session_id)
         async with session.lock:
             done = session.env.done
-            status = TrajectoryStatus.COMPLETED if done and not session.failure else TrajectoryStatus.ABANDONED
+            status = (
+                TrajectoryStatus.COMPLETED if done and not session.failure else TrajectoryStatus.ABANDONED
+            )
             if session.failure:
                 status = TrajectoryStatus.FAILED
             await self._finish(session, status, "was closed")
@@ -324,7 +341,9 @@ class SessionManager:
 
     # -- records -----------------------------------------------------------------------------------
 
-    def _record(self, session: LiveSession, status: TrajectoryStatus, finished: bool = False) -> TrajectoryRecord:
+    def _record(
+        self, session: LiveSession, status: TrajectoryStatus, finished: bool = False
+    ) -> TrajectoryRecord:
         env = session.env
         verified = session.verified
         timings: dict[str, Any] = {"step_ms": list(session.step_ms)}
@@ -358,7 +377,7 @@ class SessionManager:
 
 
 async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:
-    """Run an environment's verifier with a deadline; a timeout or crash becomes a failure class, not an error."""
+    """Run a verifier with a deadline; a timeout or crash becomes a failure class, not an error."""
     try:
         result = await asyncio.wait_for(env.verify(), timeout_s)
     except TimeoutError:

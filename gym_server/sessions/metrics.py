@@ -23,15 +23,23 @@ class SessionMetrics:
             "gym_sessions_created_total", "Sessions created.", ["env"], registry=self.registry
         )
         self.closed = Counter(
-            "gym_sessions_closed_total", "Sessions ended, by final status.", ["env", "status"], registry=self.registry
+            "gym_sessions_closed_total",
+            "Sessions ended, by final status.",
+            ["env", "status"],
+            registry=self.registry,
         )
         self.rejected = Counter(
-            "gym_sessions_rejected_total", "Session creations refused at capacity (429).", registry=self.registry
+            "gym_sessions_rejected_total",
+            "Session creations refused at capacity (429).",
+            registry=self.registry,
         )
         self.live = Gauge("gym_sessions_live", "Sessions currently open.", registry=self.registry)
         self.steps = Counter("gym_steps_total", "Steps taken.", ["env"], registry=self.registry)
         self.step_seconds = Histogram(
-            "gym_step_seconds", "Time inside the environment per step.", buckets=_STEP_BUCKETS, registry=self.registry
+            "gym_step_seconds",
+            "Time inside the environment per step.",
+            buckets=_STEP_BUCKETS,
+            registry=self.registry,
         )
         self.store_pending = Gauge(
             "gym_store_pending_rows", "Trajectory rows waiting for the writer.", registry=self.registry

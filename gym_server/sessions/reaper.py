@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class Reaper:
-    """Runs `manager.reap_expired()` every `interval_s` and `snapshot_dirty()` every `snapshot_every` rounds."""
+    """Expires idle sessions every `interval_s`; snapshots live ones every `snapshot_every` rounds."""
 
     def __init__(self, manager: SessionManager, interval_s: float, snapshot_every: int = 5) -> None:
         self.manager = manager

@@ -36,7 +36,9 @@ async def verify_transcript(
         for message in assistant_messages[: limits.max_turns]:
             if env.done:
                 break
-            await env.step(message, tool_timeout_s=limits.tool_timeout_s, max_tool_calls=limits.max_tool_calls_per_turn)
+            await env.step(
+                message, tool_timeout_s=limits.tool_timeout_s, max_tool_calls=limits.max_tool_calls_per_turn
+            )
     except Exception as exc:
         return VerifyResult(reward=0.0, failure=FailureClass.ENV_ERROR, info={"error": type(exc).__name__})
     try:

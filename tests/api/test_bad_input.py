@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import AppHarness
 from gymtest import call, open_counter, say, step
 
@@ -47,7 +46,9 @@ async def test_wrong_types_are_422(gym: AppHarness, body: Any, needle: str) -> N
 
 
 async def test_unknown_env_task_session_route(gym: AppHarness) -> None:
-    body = assert_problem(await gym.client.post("/v1/sessions", json={"env": "nope", "task_id": "x"}), 404, "nope")
+    body = assert_problem(
+        await gym.client.post("/v1/sessions", json={"env": "nope", "task_id": "x"}), 404, "nope"
+    )
     assert "counter" in body["detail"]
     assert_problem(await gym.client.post("/v1/sessions", json={"env": "counter", "task_id": "x"}), 404, "'x'")
     assert_problem(await step(gym.client, "missing", say("hi")), 404, "missing")
@@ -106,12 +107,17 @@ async def test_malformed_messages_are_422_and_lose_nothing(gym: AppHarness, mess
 async def test_lone_surrogate_is_422(gym: AppHarness) -> None:
     session = await open_counter(gym.client)
     raw = b'{"message": {"role": "assistant", "content": "half a pair \\ud800"}}'
-    response = await gym.client.post(f"/v1/sessions/{session['session_id']}/step", content=raw,
-                                     headers={"content-type": "application/json"})
+    response = await gym.client.post(
+        f"/v1/sessions/{session['session_id']}/step",
+        content=raw,
+        headers={"content-type": "application/json"},
+    )
     assert_problem(response, 422, "surrogate")
 
 
-@pytest.mark.parametrize("name", ["__init__", "/v1/sessions", "verify", "_touch", "setup", "../../etc/passwd", ""])
+@pytest.mark.parametrize(
+    "name", ["__init__", "/v1/sessions", "verify", "_touch", "setup", "../../etc/passwd", ""]
+)
 async def test_tool_names_outside_the_allow_list_are_tool_messages(gym: AppHarness, name: str) -> None:
     session = await open_counter(gym.client)
     response = await step(gym.client, session["session_id"], call(name))
@@ -121,7 +127,9 @@ async def test_tool_names_outside_the_allow_list_are_tool_messages(gym: AppHarne
     assert reply["messages"][0]["content"].startswith("Error: unknown tool")
 
 
-@pytest.mark.parametrize("arguments", ["{not json", "[]", '{"amount": "lots"}', '{"amount": 1, "extra": 2}', "null"])
+@pytest.mark.parametrize(
+    "arguments", ["{not json", "[]", '{"amount": "lots"}', '{"amount": 1, "extra": 2}', "null"]
+)
 async def test_bad_tool_arguments_are_tool_messages(gym: AppHarness, arguments: str) -> None:
     session = await open_counter(gym.client)
     reply = (await step(gym.client, session["session_id"], call("add", arguments))).json()
@@ -131,8 +139,10 @@ async def test_bad_tool_arguments_are_tool_messages(gym: AppHarness, arguments: 
 
 async def test_a_thousand_tool_calls_each_get_an_answer(gym: AppHarness) -> None:
     session = await open_counter(gym.client)
-    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "add", "arguments": '{"amount": 1}'}}
-             for i in range(1000)]
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "add", "arguments": '{"amount": 1}'}}
+        for i in range(1000)
+    ]
     reply = (await step(gym.client, session["session_id"], {"role": "assistant", "tool_calls": calls})).json()
     assert len(reply["messages"]) == 1000
     assert [m["tool_call_id"] for m in reply["messages"]] == [f"c{i}" for i in range(1000)]
@@ -142,7 +152,8 @@ async def test_a_thousand_tool_calls_each_get_an_answer(gym: AppHarness) -> None
 
 
 @pytest.mark.parametrize(
-    "text", ["nul \u0000 byte", "emoji 🧪🔥", "rtl \u202eevil", "zero\u200bwidth", "combining e\u0301", "\U0010ffff"]
+    "text",
+    ["nul \u0000 byte", "emoji 🧪🔥", "rtl \u202eevil", "zero\u200bwidth", "combining e\u0301", "\U0010ffff"],
 )
 async def test_odd_unicode_round_trips_to_the_store(gym: AppHarness, text: str) -> None:
     from gymtest import wait_for_rollout

@@ -29,7 +29,9 @@ async def test_stateless_verify_replays_a_transcript(gym: AppHarness) -> None:
     session = await open_counter(gym.client, seed=0)
     state = (await gym.client.get(f"/v1/sessions/{session['session_id']}")).json()
     target = target_of(state["messages"])
-    read = (await gym.client.post(f"/v1/sessions/{session['session_id']}/step", json={"message": call("read")})).json()
+    read = (
+        await gym.client.post(f"/v1/sessions/{session['session_id']}/step", json={"message": call("read")})
+    ).json()
     value = int(read["messages"][0]["content"])
     turns = []
     while value != target:
@@ -83,7 +85,12 @@ async def test_health_readiness_metrics_and_openapi(gym: AppHarness) -> None:
     assert 'gym_sessions_created_total{env="counter"} 1.0' in metrics
     assert "gym_sessions_live 1.0" in metrics
     spec = (await gym.client.get("/openapi.json")).json()
-    for path in ("/v1/sessions", "/v1/sessions/{session_id}/step", "/v1/verify/batch", "/v1/rollouts/{rollout_id}"):
+    for path in (
+        "/v1/sessions",
+        "/v1/sessions/{session_id}/step",
+        "/v1/verify/batch",
+        "/v1/rollouts/{rollout_id}",
+    ):
         assert path in spec["paths"]
     create = spec["paths"]["/v1/sessions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert create["$ref"].endswith("CreateSessionRequest")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from conftest import AppHarness
-from gymtest import call, open_counter, say, solve_counter, step, wait_for_rollout
+from gymtest import call, open_counter, solve_counter, step, wait_for_rollout
 
 
 async def test_full_episode_is_scored_and_stored(gym: AppHarness) -> None:
@@ -72,14 +72,18 @@ async def test_verify_any_time_and_turn_data_is_kept(gym: AppHarness) -> None:
     early = (await gym.client.post(f"/v1/sessions/{sid}/verify")).json()
     assert early["reward"] == 0.0
     tokens = {"prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "logprobs": [-0.1, -0.2]}
-    response = await gym.client.post(f"/v1/sessions/{sid}/step", json={"message": call("submit"), "turn_data": tokens})
+    response = await gym.client.post(
+        f"/v1/sessions/{sid}/step", json={"message": call("submit"), "turn_data": tokens}
+    )
     assert response.json()["done"] is True
     await gym.client.delete(f"/v1/sessions/{sid}")
     stored = await wait_for_rollout(gym.client, sid, "completed")
     assert stored["turns"] == [tokens]
 
 
-async def test_max_turns_budget_ends_the_episode_with_a_failure_class(app_factory: Callable[..., Any]) -> None:
+async def test_max_turns_budget_ends_the_episode_with_a_failure_class(
+    app_factory: Callable[..., Any],
+) -> None:
     async with app_factory(limits={"max_turns": 3}) as gym:
         session = await open_counter(gym.client)
         sid = session["session_id"]
@@ -134,7 +138,9 @@ async def test_reaper_closes_idle_sessions(app_factory: Callable[..., Any]) -> N
 
 async def test_ttl_above_the_server_maximum_is_refused(app_factory: Callable[..., Any]) -> None:
     async with app_factory(sessions={"max_ttl_s": 60, "default_ttl_s": 30}) as gym:
-        response = await gym.client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0000", "ttl_s": 61})
+        response = await gym.client.post(
+            "/v1/sessions", json={"env": "counter", "task_id": "counter-0000", "ttl_s": 61}
+        )
         assert response.status_code == 422
         assert "maximum of 60" in response.json()["detail"]
 

@@ -32,7 +32,9 @@ def test_unknown_env_is_a_clear_error() -> None:
 
 
 def test_tasks_hides_answers() -> None:
-    result = runner.invoke(app, ["tasks", "counter", "--split", "validation", "--limit", "3"], terminal_width=200)
+    result = runner.invoke(
+        app, ["tasks", "counter", "--split", "validation", "--limit", "3"], terminal_width=200
+    )
     assert result.exit_code == 0
     assert "counter-0050" in result.output and "counter-0053" not in result.output
 
@@ -48,8 +50,12 @@ def test_play_an_episode_through_stdin() -> None:
         lines.append(f'/call add {{"amount": {amount}}}')
         value += amount
     lines.append("/call submit")
-    result = runner.invoke(app, ["play", "counter", "--task", "counter-0000", "--seed", "0"],
-                           input="\n".join(lines) + "\n", terminal_width=200)
+    result = runner.invoke(
+        app,
+        ["play", "counter", "--task", "counter-0000", "--seed", "0"],
+        input="\n".join(lines) + "\n",
+        terminal_width=200,
+    )
     assert result.exit_code == 0, result.output
     assert "not valid JSON" in result.output
     assert "unknown command /frobnicate" in result.output
@@ -76,11 +82,22 @@ def test_init_scaffolds_a_project_whose_tests_pass(tmp_path: Path) -> None:
     result = runner.invoke(app, ["init", "notes", "--dir", str(tmp_path)], terminal_width=200)
     assert result.exit_code == 0, result.output
     project = tmp_path / "notes"
-    for relative in ("pyproject.toml", "README.md", "gym_env_notes/env.py", "gym_env_notes/data/train.jsonl",
-                     "gym_env_notes/data/validation.jsonl", "gym_env_notes/fixtures/golden.jsonl",
-                     "tests/test_env.py"):
+    for relative in (
+        "pyproject.toml",
+        "README.md",
+        "gym_env_notes/env.py",
+        "gym_env_notes/data/train.jsonl",
+        "gym_env_notes/data/validation.jsonl",
+        "gym_env_notes/fixtures/golden.jsonl",
+        "tests/test_env.py",
+    ):
         assert (project / relative).is_file(), relative
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project,
-                           capture_output=True, text=True, timeout=120)
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert "5 passed" in tests.stdout

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from conftest import ServerProcess
 from gymtest import call, target_of
 
@@ -20,10 +19,16 @@ pytestmark = pytest.mark.slow
 
 
 def play_counter(client: httpx.Client) -> dict[str, Any]:
-    created = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0003", "seed": 5, "run": "e2e"})
+    created = client.post(
+        "/v1/sessions", json={"env": "counter", "task_id": "counter-0003", "seed": 5, "run": "e2e"}
+    )
     assert created.status_code == 201, created.text
     sid = created.json()["session_id"]
-    value = int(client.post(f"/v1/sessions/{sid}/step", json={"message": call("read")}).json()["messages"][0]["content"])
+    value = int(
+        client.post(f"/v1/sessions/{sid}/step", json={"message": call("read")}).json()["messages"][0][
+            "content"
+        ]
+    )
     target = target_of(created.json()["messages"])
     while value != target:
         amount = max(-10, min(10, target - value))
@@ -35,7 +40,9 @@ def play_counter(client: httpx.Client) -> dict[str, Any]:
     return dict(created.json())
 
 
-def wait_status(client: httpx.Client, rollout_id: str, status: str, timeout_s: float = 15.0) -> dict[str, Any]:
+def wait_status(
+    client: httpx.Client, rollout_id: str, status: str, timeout_s: float = 15.0
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     body: Any = None
     while time.monotonic() < deadline:
@@ -58,8 +65,11 @@ def test_episode_over_tcp_and_restart_after_crash(
         wait_status(client, finished["session_id"], "completed")
         live = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0001"}).json()
         client.post(f"/v1/sessions/{live['session_id']}/step", json={"message": call("read")})
-        bad = client.post(f"/v1/sessions/{live['session_id']}/step", content=b"{oops",
-                          headers={"content-type": "application/json"})
+        bad = client.post(
+            f"/v1/sessions/{live['session_id']}/step",
+            content=b"{oops",
+            headers={"content-type": "application/json"},
+        )
         assert bad.status_code == 422 and bad.headers["content-type"] == "application/problem+json"
         time.sleep(0.2)  # let the writer flush the live row before the crash
 

@@ -34,7 +34,9 @@ async def test_single_turn_default_ends_on_a_plain_answer() -> None:
 async def test_tool_calls_without_ids_get_stable_ones() -> None:
     env = Plain(Task(id="t", prompt="p"))
     await env.reset()
-    outcome = await env.step({"role": "assistant", "tool_calls": [{"function": {"name": "x", "arguments": "{}"}}]})
+    outcome = await env.step(
+        {"role": "assistant", "tool_calls": [{"function": {"name": "x", "arguments": "{}"}}]}
+    )
     assert outcome.messages[0]["tool_call_id"] == "call_1_0"
     assert "available tools: none" in outcome.messages[0]["content"]
 
@@ -75,7 +77,8 @@ def test_third_party_environment_is_discovered_through_its_entry_point(
 ) -> None:
     package = tmp_path / "thirdparty_env"
     package.mkdir()
-    (package / "__init__.py").write_text(textwrap.dedent("""
+    (package / "__init__.py").write_text(
+        textwrap.dedent("""
         from gym_server import Environment, VerifyResult
 
         class Third(Environment):
@@ -87,7 +90,8 @@ def test_third_party_environment_is_discovered_through_its_entry_point(
 
         def broken():
             raise ImportError("this family is broken")
-    """))
+    """)
+    )
     dist = tmp_path / "thirdparty_env-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-env\nVersion: 1.0\n")

@@ -14,7 +14,9 @@ from gym_server.sdk.tools import ToolSpec
 
 class Owner:
     @tool
-    async def schedule(self, title: str, when: Literal["am", "pm"] = "am", people: list[str] | None = None) -> dict[str, object]:
+    async def schedule(
+        self, title: str, when: Literal["am", "pm"] = "am", people: list[str] | None = None
+    ) -> dict[str, object]:
         """Put a meeting in the calendar.
 
         Longer text that the model does not need.
@@ -65,7 +67,10 @@ def test_schema_from_hints_and_docstring() -> None:
     params = function["parameters"]
     assert params["required"] == ["title"]
     assert params["additionalProperties"] is False
-    assert params["properties"]["title"] == {"type": "string", "description": "what the meeting is about, on two lines"}
+    assert params["properties"]["title"] == {
+        "type": "string",
+        "description": "what the meeting is about, on two lines",
+    }
     assert params["properties"]["when"]["enum"] == ["am", "pm"]
     assert spec("count-words").schema()["function"]["parameters"]["properties"]["text"]["maxLength"] == 20
 
@@ -73,7 +78,9 @@ def test_schema_from_hints_and_docstring() -> None:
 async def test_invoke_validates_and_renders() -> None:
     owner = Owner()
     assert await spec("schedule").invoke(owner, '{"title": "sync", "when": "pm"}', 1) == (
-        '{"title":"sync","when":"pm","people":[]}', True)
+        '{"title":"sync","when":"pm","people":[]}',
+        True,
+    )
     assert await spec("count-words").invoke(owner, {"text": "a b c"}, 1) == ("3", True)
 
 

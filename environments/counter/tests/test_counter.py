@@ -14,7 +14,9 @@ GOLDEN = [json.loads(line) for line in (Path(__file__).parent.parent / "fixtures
 
 
 async def replay(case: dict[str, Any]) -> tuple[float, list[dict[str, Any]]]:
-    env = CounterEnv(CounterEnv.dataset().get(case["task_id"]), case["seed"])
+    task = CounterEnv.dataset().get(case["task_id"])
+    assert task is not None
+    env = CounterEnv(task, case["seed"])
     await env.reset()
     for message in case["assistant"]:
         if env.done:
@@ -50,11 +52,16 @@ async def test_same_task_and_seed_give_same_start_and_other_seeds_differ() -> No
 async def test_tool_errors_are_messages_and_the_episode_goes_on() -> None:
     env = CounterEnv(CounterEnv.dataset().tasks("train")[0], 0)
     await env.reset()
-    outcome = await env.step({"role": "assistant", "tool_calls": [
-        {"function": {"name": "add", "arguments": '{"amount": 99}'}},
-        {"function": {"name": "add", "arguments": "[1]"}},
-        {"function": {"name": "read", "arguments": '{"extra": 1}'}},
-    ]})
+    outcome = await env.step(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"function": {"name": "add", "arguments": '{"amount": 99}'}},
+                {"function": {"name": "add", "arguments": "[1]"}},
+                {"function": {"name": "read", "arguments": '{"extra": 1}'}},
+            ],
+        }
+    )
     texts = [message["content"] for message in outcome.messages]
     assert "between -10 and 10" in texts[0]
     assert "must be a JSON object" in texts[1]

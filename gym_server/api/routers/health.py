@@ -18,8 +18,11 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the database (and sandbox, when configured) answer",
-            responses={503: {"description": "a backend is down"}})
+@router.get(
+    "/readyz",
+    summary="Readiness: the database (and sandbox, when configured) answer",
+    responses={503: {"description": "a backend is down"}},
+)
 async def readyz(store: StoreDep, manager: ManagerDep) -> Any:
     checks = {"database": "ok" if await store.ping() else f"unreachable: {store.last_error or 'no answer'}"}
     if store.pending > 10 * manager.settings.store.batch_size and not store.healthy:

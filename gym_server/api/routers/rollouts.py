@@ -24,14 +24,17 @@ async def list_rollouts(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RolloutPage:
-    filters = {"run": run, "env": env, "task_id": task_id, "status": status}
-    items = await store.list(**filters, offset=offset, limit=limit)
-    total = await store.count(**filters)
+    items = await store.list(run=run, env=env, task_id=task_id, status=status, offset=offset, limit=limit)
+    total = await store.count(run=run, env=env, task_id=task_id, status=status)
     return RolloutPage(offset=offset, limit=limit, total=total, items=items)
 
 
-@router.get("/{rollout_id}", response_model=TrajectoryRecord, summary="One stored trajectory",
-            responses={404: {"description": "unknown rollout"}})
+@router.get(
+    "/{rollout_id}",
+    response_model=TrajectoryRecord,
+    summary="One stored trajectory",
+    responses={404: {"description": "unknown rollout"}},
+)
 async def get_rollout(rollout_id: str, store: StoreDep) -> TrajectoryRecord:
     record = await store.get(rollout_id)
     if record is None:

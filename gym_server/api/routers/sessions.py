@@ -12,7 +12,13 @@ import orjson
 from fastapi import APIRouter, Response, status
 
 from gym_server.api.deps import ManagerDep, StoreDep
-from gym_server.api.schemas import CreateSessionRequest, SessionCreated, SessionState, StepRequest, StepResponse
+from gym_server.api.schemas import (
+    CreateSessionRequest,
+    SessionCreated,
+    SessionState,
+    StepRequest,
+    StepResponse,
+)
 from gym_server.errors import GymError
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sessions.manager import LiveSession
@@ -30,7 +36,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _json(payload: dict[str, Any], status_code: int = 200) -> Response:
-    return Response(orjson.dumps(payload, default=str), status_code=status_code, media_type="application/json")
+    return Response(
+        orjson.dumps(payload, default=str), status_code=status_code, media_type="application/json"
+    )
 
 
 @router.post(
@@ -67,13 +75,22 @@ async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Res
     )
 
 
-@router.post("/{session_id}/step", response_model=StepResponse, summary="Send the assistant's message", responses=_ERRORS)
+@router.post(
+    "/{session_id}/step",
+    response_model=StepResponse,
+    summary="Send the assistant's message",
+    responses=_ERRORS,
+)
 async def step_session(session_id: str, body: StepRequest, manager: ManagerDep) -> Response:
     result = await manager.step(session_id, body.message.to_dict(), body.turn_data)
-    return _json({"messages": result.messages, "done": result.done, "reward": result.reward, "info": result.info})
+    return _json(
+        {"messages": result.messages, "done": result.done, "reward": result.reward, "info": result.info}
+    )
 
 
-@router.post("/{session_id}/verify", response_model=VerifyResult, summary="Score the episode so far", responses=_ERRORS)
+@router.post(
+    "/{session_id}/verify", response_model=VerifyResult, summary="Score the episode so far", responses=_ERRORS
+)
 async def verify_session(session_id: str, manager: ManagerDep) -> VerifyResult:
     return await manager.verify(session_id)
 
@@ -91,7 +108,9 @@ async def get_session(session_id: str, manager: ManagerDep, store: StoreDep) -> 
         return _stored_state(stored)
 
 
-@router.delete("/{session_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Close (idempotent)", responses=_ERRORS)
+@router.delete(
+    "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Close (idempotent)", responses=_ERRORS
+)
 async def close_session(session_id: str, manager: ManagerDep) -> Response:
     await manager.close(session_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -32,14 +32,22 @@ async def _score(request: VerifyRequest, registry: Registry, settings: Settings)
     return await verify_transcript(entry, task, request.seed, turns, settings.limits)
 
 
-@router.post("", response_model=VerifyResult, summary="Score one completion or transcript",
-             responses={404: {"description": "unknown env or task"}, 422: {"description": "malformed request"}})
+@router.post(
+    "",
+    response_model=VerifyResult,
+    summary="Score one completion or transcript",
+    responses={404: {"description": "unknown env or task"}, 422: {"description": "malformed request"}},
+)
 async def verify(body: VerifyRequest, registry: RegistryDep, settings: SettingsDep) -> VerifyResult:
     return await _score(body, registry, settings)
 
 
-@router.post("/batch", response_model=BatchVerifyResponse, summary="Score many; each item succeeds or fails alone")
-async def verify_batch(body: BatchVerifyRequest, registry: RegistryDep, settings: SettingsDep) -> BatchVerifyResponse:
+@router.post(
+    "/batch", response_model=BatchVerifyResponse, summary="Score many; each item succeeds or fails alone"
+)
+async def verify_batch(
+    body: BatchVerifyRequest, registry: RegistryDep, settings: SettingsDep
+) -> BatchVerifyResponse:
     gate = asyncio.Semaphore(_BATCH_CONCURRENCY)
 
     async def one(item: VerifyRequest) -> BatchVerifyItem:
@@ -47,6 +55,8 @@ async def verify_batch(body: BatchVerifyRequest, registry: RegistryDep, settings
             try:
                 return BatchVerifyItem(result=await _score(item, registry, settings))
             except GymError as exc:
-                return BatchVerifyItem(error=problem_body(exc.status, exc.slug, exc.title, exc.detail, **exc.extra))
+                return BatchVerifyItem(
+                    error=problem_body(exc.status, exc.slug, exc.title, exc.detail, **exc.extra)
+                )
 
     return BatchVerifyResponse(results=list(await asyncio.gather(*(one(item) for item in body.items))))

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Make sure the services the tests use answer on loopback: PostgreSQL (and, once the sandbox work lands,
+# the Docker engine and the sandbox image via setup-sandbox.sh). Idempotent; prints what it did.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  echo "PostgreSQL is not answering on 127.0.0.1:5432; starting the local cluster"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432
+
+if [ -f .ci/setup-sandbox.sh ]; then
+  bash .ci/setup-sandbox.sh
+fi
