@@ -153,7 +153,9 @@ class PayloadTooLarge(GymError):
     title = "Payload too large"
 
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"request body of {size} bytes is over the limit of {limit} bytes", size=size, limit=limit)
+        super().__init__(
+            f"request body of {size} bytes is over the limit of {limit} bytes", size=size, limit=limit
+        )
 
 
 class InvalidRequest(GymError):

@@ -27,7 +27,9 @@ class SessionSettings(BaseModel):
     default_ttl_s: float = Field(600.0, gt=0, description="idle time-to-live when a session asks for none")
     max_ttl_s: float = Field(3_600.0, gt=0, description="largest idle TTL a session may ask for")
     reap_interval_s: float = Field(1.0, gt=0, description="how often the reaper looks for idle sessions")
-    tombstone_s: float = Field(3_600.0, ge=0, description="how long a closed id still answers 410 instead of 404")
+    tombstone_s: float = Field(
+        3_600.0, ge=0, description="how long a closed id still answers 410 instead of 404"
+    )
     retry_after_s: int = Field(2, ge=1, description="Retry-After sent with 429")
 
     @model_validator(mode="after")
@@ -41,9 +43,15 @@ class LimitSettings(BaseModel):
     """Per-request and per-episode budgets."""
 
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="largest request body (413 above)")
-    max_turns: int = Field(64, ge=1, description="assistant turns per episode unless the environment says fewer")
-    max_transcript_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="transcript size that ends an episode")
-    max_tool_calls_per_turn: int = Field(32, ge=1, description="tool calls executed from one assistant message")
+    max_turns: int = Field(
+        64, ge=1, description="assistant turns per episode unless the environment says fewer"
+    )
+    max_transcript_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, description="transcript size that ends an episode"
+    )
+    max_tool_calls_per_turn: int = Field(
+        32, ge=1, description="tool calls executed from one assistant message"
+    )
     tool_timeout_s: float = Field(30.0, gt=0, description="wall-clock limit on one tool call")
     verify_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit on one verification")
 
