@@ -74,7 +74,7 @@ class CreateSessionRequest(TaskRef):
         None, gt=0, description="idle time-to-live in seconds (server maximum applies)"
     )
     run: str | None = Field(
-        None, max_length=256, description="groups trajectories of one training or eval run"
+        None, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$", description="groups trajectories of one run"
     )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -8,7 +8,11 @@ clients spread their sessions over the replicas. See README "Scaling out".
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
+import os
+import signal
 from typing import Annotated
 
 import typer
@@ -19,6 +23,7 @@ from rich.console import Console
 from gym_server.settings import Settings
 
 console = Console(stderr=True)
+_PR_SET_PDEATHSIG = 1
 
 
 def _run_replica(settings: Settings) -> None:
@@ -71,23 +76,40 @@ def serve(
     if workers == 1:
         _run_replica(settings)
         return
+    _run_replicas(settings, workers)
+
+
+def _run_replicas(settings: Settings, workers: int) -> None:
+    """Start the replicas, forward SIGTERM/SIGINT to them, and wait until all have stopped."""
     context = multiprocessing.get_context("spawn")
     replicas = []
     for index in range(workers):
         replica = settings.model_copy(
             update={"port": settings.port + index, "server_name": f"{settings.server_name}-{index}"}
         )
-        process = context.Process(target=_run_replica, args=(replica,), name=f"gym-server-{index}")
+        process = context.Process(
+            target=_run_orphan_proof_replica, args=(replica,), name=f"gym-server-{index}"
+        )
         process.start()
         replicas.append(process)
-    try:
+
+    def forward(signum: int, _frame: object) -> None:
         for process in replicas:
-            process.join()
-    except KeyboardInterrupt:
-        for process in replicas:
-            process.terminate()
-        for process in replicas:
-            process.join(15)
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for process in replicas:
+        process.join()
+
+
+def _run_orphan_proof_replica(settings: Settings) -> None:
+    # If the parent dies without forwarding a signal (SIGKILL), the kernel sends this replica SIGTERM,
+    # so no replica outlives its parent holding a port. Linux only; elsewhere it is skipped.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _run_replica(settings)
 
 
 def _mask(url: str) -> str:

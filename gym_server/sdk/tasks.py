@@ -25,7 +25,8 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1, max_length=256)
+    # Control characters are refused: ids are path segments and plain-text database columns.
+    id: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     prompt: str | list[dict[str, Any]] = Field(
         description="the user's request, or the full opening messages of the episode"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -385,4 +386,9 @@ async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:
     except Exception as exc:
         log.exception("verifier of %s failed", env.name)
         return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_ERROR, info={"error": type(exc).__name__})
+    scores = [result.reward, *result.components.values()]
+    if not all(math.isfinite(score) for score in scores):
+        # NaN or infinity would poison a training batch (and JSON cannot carry it): no signal instead.
+        log.error("verifier of %s returned a non-finite score: %s", env.name, scores)
+        return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_ERROR, info={"error": "non-finite score"})
     return result

@@ -38,6 +38,8 @@ async def test_malformed_json(gym: AppHarness) -> None:
         ({"env": "counter", "task_id": "counter-0000", "seed": -1}, "seed"),
         ({"env": "counter", "task_id": "counter-0000", "ttl_s": "soon"}, "ttl_s"),
         ({"env": "counter", "task_id": "counter-0000", "surprise": 1}, "surprise"),
+        ({"env": "counter", "task_id": "counter-0000", "run": "a\u0000b"}, "run"),
+        ({"env": "counter", "task": {"id": "t\u0000", "prompt": "p", "answer": 1}}, "task.id"),
         ([1, 2, 3], "body"),
     ],
 )

@@ -174,3 +174,24 @@ async def test_shutdown_records_live_sessions_as_lost(app_factory: Callable[...,
         stored = await wait_for_rollout(gym.client, session["session_id"], "lost")
         assert stored["failure"] == "server_shutdown"
         assert stored["num_turns"] == 1
+
+
+async def test_a_non_finite_score_is_no_signal_not_a_crash(gym: AppHarness) -> None:
+    from gym_server import VerifyResult
+    from gym_server.environments.counter.env import CounterEnv
+
+    class NanCounter(CounterEnv):
+        async def verify(self) -> VerifyResult:
+            return VerifyResult(reward=float("nan"))
+
+    entry = gym.app.state.registry.get("counter")
+    original = entry.cls
+    object.__setattr__(entry, "cls", NanCounter)
+    try:
+        session = await open_counter(gym.client)
+        verified = (await gym.client.post(f"/v1/sessions/{session['session_id']}/verify")).json()
+    finally:
+        object.__setattr__(entry, "cls", original)
+    assert verified["reward"] == 0.0
+    assert verified["failure"] == "verify_error"
+    assert verified["info"] == {"error": "non-finite score"}

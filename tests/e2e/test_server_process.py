@@ -101,3 +101,34 @@ def test_graceful_stop_records_live_sessions_as_lost(
         assert lost["failure"] == "server_shutdown"
         assert lost["num_turns"] == 1
         assert lost["messages"][-1]["content"] != ""
+
+
+def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(
+    server_factory: Callable[..., ServerProcess], postgres_url: str
+) -> None:
+    server = server_factory(postgres_url)
+    port = int(server.url.rsplit(":", 1)[1])
+    server.args += ["--workers", "2"]
+    server.start()
+    second = f"http://127.0.0.1:{port + 1}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{second}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    sessions = {}
+    for url in (server.url, second):
+        with httpx.Client(base_url=url, timeout=10) as client:
+            body = {"env": "counter", "task_id": "counter-0004", "run": "replicas"}
+            created = client.post("/v1/sessions", json=body)
+            sessions[url] = created.json()["session_id"]
+            assert client.delete(f"/v1/sessions/{sessions[url]}").status_code == 204
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        # A session is local to its replica, but every replica writes to the shared store.
+        assert client.post(f"/v1/sessions/{sessions[second]}/verify").status_code == 404
+        for session_id in sessions.values():
+            wait_status(client, session_id, "abandoned")
+        names = {client.get(f"/v1/rollouts/{sid}").json()["server_name"] for sid in sessions.values()}
+    assert names == {f"e2e-{port}-0", f"e2e-{port}-1"}

@@ -31,7 +31,7 @@ RecordFactory = Callable[..., TrajectoryRecord]
 def admin_execute(sql: str) -> None:
     """Run one statement on the Postgres maintenance database, outside a transaction."""
     with psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql)  # type: ignore[arg-type]  # test-only DDL built from generated names
+        admin.execute(sql)
 
 
 @contextmanager
@@ -78,14 +78,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture(params=BACKENDS)
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database nobody has migrated yet, on each backend; a private one, so tests may break it."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'var' / 'gym.db'}"
-        return
+@pytest.fixture
+def private_postgres() -> Iterator[str]:
+    """An empty Postgres database of this test's own."""
     with throwaway_postgres() as url:
         yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database nobody has migrated yet, on each backend; a private one, so tests may break it."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'var' / 'gym.db'}"
+    return str(request.getfixturevalue("private_postgres"))
 
 
 @contextmanager

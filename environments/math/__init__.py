@@ -1,0 +1,1 @@
+"""The `math` environment: procedural problems, one answer in `\\boxed{}`, checked by math-verify."""

@@ -1,0 +1,72 @@
+"""The `math` environment: one procedurally generated problem, one assistant turn, a `\\boxed{}` answer.
+
+The reward is the verdict of `gym_server.verifiers.math.math_match`: math-verify's equivalence of the
+final answer and the task's LaTeX reference, computed in the verifier library's shared, process-wide
+worker pool (created lazily on the first `verify()`, closed at interpreter exit; see that module). The
+comparison runs in a child process that is killed past `verify_timeout_s`, so `verify()` awaits it
+without blocking the event loop and never hangs on a pathological answer: such a result carries failure
+`verify_timeout` and must not be trained on.
+
+| component | value |
+|---|---|
+| `correct` | 1.0 when the final answer equals the reference, else 0.0; **the reward** |
+| `format` | 1.0 when the response holds a `\\boxed{}` answer, as the system prompt asks (informational) |
+| `extracted` | 1.0 when any final answer was found (`\\boxed{}`, `<answer>` or "the answer is") |
+| `hedged` | 1.0 when the response offered several different answers; those score 0 |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.registry import content_hash
+from gym_server.verifiers import format as answer_format
+from gym_server.verifiers import math as math_verifier
+from gym_server.verifiers.format import extract_boxed, final_answer
+from gym_server.verifiers.math import DEFAULT_TIMEOUT_S, math_match
+
+__all__ = ["SYSTEM_PROMPT", "MathEnv"]
+
+SYSTEM_PROMPT = (
+    "Solve the math problem. Reason step by step, then give the final answer exactly once, "
+    "in simplest form, inside \\boxed{}, for example \\boxed{\\frac{3}{4}}."
+)
+SHOWN_ANSWER_CHARS = 200
+
+
+class MathEnv(Environment):
+    """Single-turn math problems whose `\\boxed{}` answer is checked for equivalence by math-verify."""
+
+    name = "math"
+    description = "Arithmetic, fractions, equations, percentages, algebra and counting; answer in \\boxed{}."
+    multi_turn = False
+    max_turns = 1
+    system_prompt = SYSTEM_PROMPT
+    # The score depends on this module, the extraction rules and the math verifier: version all three.
+    verifier_version = content_hash(
+        [Path(__file__), Path(str(answer_format.__file__)), Path(str(math_verifier.__file__))]
+    )
+    verify_timeout_s: ClassVar[float] = DEFAULT_TIMEOUT_S
+
+    async def on_assistant(
+        self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int
+    ) -> list[dict[str, Any]]:
+        """End the episode on the first assistant message, whatever it holds: there are no tools to call."""
+        self.finish("answered")
+        return []
+
+    async def verify(self) -> VerifyResult:
+        """Score the last assistant message against the task's reference answer."""
+        completion = self.final_answer()
+        result = await math_match(completion, str(self.task.answer), timeout_s=self.verify_timeout_s)
+        answer = final_answer(completion).text
+        shown = (
+            answer
+            if answer is None or len(answer) <= SHOWN_ANSWER_CHARS
+            else answer[:SHOWN_ANSWER_CHARS] + "..."
+        )
+        return result.to_verify_result(
+            components={"format": float(bool(extract_boxed(completion)))}, info={"answer": shown}
+        )

@@ -1,0 +1,1 @@
+"""The `tool_call` environment: one request, one turn, the right tool call."""

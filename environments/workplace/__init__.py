@@ -1,0 +1,1 @@
+"""The `workplace` environment: multi-turn errands over a calendar, an inbox and a task list."""

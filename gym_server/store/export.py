@@ -1,0 +1,151 @@
+"""Exporting stored trajectories to files a training or analysis job reads: JSONL and Parquet.
+
+Rows stream from the database in pages (`yield_per`, a server-side cursor on Postgres), so an export of
+millions of episodes holds one page in memory, never the table. Order is the API's: newest first.
+
+- **JSONL**: one `TrajectoryRecord` per line as orjson writes it (`model_dump(mode="json")`): timestamps in
+  ISO 8601 with their UTC offset, NUL bytes escaped as `\\u0000`. `TrajectoryRecord.model_validate_json`
+  reads a line back.
+- **Parquet**: one row per trajectory. Scalar fields are typed columns (strings, int64, float64, UTC
+  timestamps); the nested fields (`NESTED_FIELDS`: messages, tools, components, ...) are JSON strings,
+  because their shape differs per environment and Arrow would otherwise infer a union schema per file.
+  `json.loads` on each of them gives back the record's value. pyarrow is the optional extra `[parquet]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+from sqlalchemy.orm import Session
+
+from gym_server.store.migrate import json_dumps, make_engine
+from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.repository import TrajectoryFilter, row_to_record, select_trajectories
+
+if TYPE_CHECKING:
+    import pyarrow
+
+__all__ = ["NESTED_FIELDS", "ExportFormat", "export_trajectories", "parquet_schema"]
+
+ExportFormat = Literal["jsonl", "parquet"]
+NESTED_FIELDS = ("messages", "tools", "components", "verify_info", "policy", "turns", "timings", "metadata")
+PAGE_SIZE = 500
+Progress = Callable[[int], None]  # called with the number of rows written so far
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise RuntimeError(
+            "Parquet export needs pyarrow: install gym-server[parquet] (or use the jsonl format)"
+        ) from exc
+    return pyarrow
+
+
+def parquet_schema() -> pyarrow.Schema:
+    """The Arrow schema of an exported Parquet file: typed scalars, nested fields as JSON strings."""
+    pa = _pyarrow()
+    timestamp = pa.timestamp("us", tz="UTC")
+    types = {"seed": pa.int64(), "reward": pa.float64(), "num_turns": pa.int64()}
+    types |= {"created_at": timestamp, "finished_at": timestamp}
+    fields = [
+        pa.field(name, types.get(name, pa.string()), nullable=name != "id")
+        for name in TrajectoryRecord.model_fields
+    ]
+    return pa.schema(fields)
+
+
+@contextmanager
+def _rows(url: str, where: TrajectoryFilter, limit: int | None) -> Iterator[Iterator[TrajectoryRecord]]:
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session:
+            statement = select_trajectories(where).limit(limit).execution_options(yield_per=PAGE_SIZE)
+            yield (row_to_record(row) for row in session.execute(statement))
+    finally:
+        engine.dispose()
+
+
+def _write_jsonl(records: Iterator[TrajectoryRecord], out_path: Path, progress: Progress) -> int:
+    count = 0
+    with out_path.open("wb") as out:
+        for record in records:
+            out.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
+            count += 1
+            if count % PAGE_SIZE == 0:
+                progress(count)
+    progress(count)
+    return count
+
+
+def _parquet_row(record: TrajectoryRecord) -> dict[str, Any]:
+    row = record.model_dump()
+    for name in NESTED_FIELDS:
+        row[name] = json_dumps(row[name])
+    row["status"] = record.status.value
+    return row
+
+
+def _write_parquet(
+    records: Iterator[TrajectoryRecord], out_path: Path, progress: Callable[[int], None]
+) -> int:
+    pa = _pyarrow()
+    schema = parquet_schema()
+    count = 0
+    with pa.parquet.ParquetWriter(out_path, schema, compression="zstd") as writer:
+        page: list[dict[str, Any]] = []
+        for record in records:
+            page.append(_parquet_row(record))
+            if len(page) == PAGE_SIZE:
+                writer.write_table(pa.Table.from_pylist(page, schema=schema))
+                count += len(page)
+                progress(count)
+                page = []
+        if page or count == 0:  # an empty export is still a valid file with the schema
+            writer.write_table(pa.Table.from_pylist(page, schema=schema))
+            count += len(page)
+            progress(count)
+    return count
+
+
+def export_trajectories(
+    url: str,
+    out_path: str | Path,
+    fmt: ExportFormat,
+    *,
+    run: str | None = None,
+    env: str | None = None,
+    task_id: str | None = None,
+    status: TrajectoryStatus | None = None,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """Write the stored trajectories matching the filters to `out_path`; returns how many.
+
+    Args:
+        url: the store's database URL.
+        out_path: the file to create (overwritten); its folder is created.
+        fmt: `jsonl` or `parquet` (see the module docstring for the layouts).
+        run, env, task_id, status: keep only trajectories with these values; None keeps all.
+        limit: export at most this many (the newest).
+        progress: called with the running count as rows are written.
+
+    Raises:
+        RuntimeError: Parquet was asked for and pyarrow is not installed.
+    """
+    writers = {"jsonl": _write_jsonl, "parquet": _write_parquet}
+    if fmt not in writers:
+        raise ValueError(f"unknown export format {fmt!r}; use one of {sorted(writers)}")
+    if fmt == "parquet":
+        _pyarrow()  # fail before touching the database or the output file
+    path = Path(out_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    with _rows(url, where, limit) as records:
+        return writers[fmt](records, path, progress or (lambda _count: None))

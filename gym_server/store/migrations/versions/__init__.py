@@ -1,0 +1,1 @@
+"""One module per schema revision, oldest first; a revision once released is never edited."""

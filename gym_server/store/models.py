@@ -1,0 +1,136 @@
+"""The SQLAlchemy tables behind the trajectory store: one row per episode, one per re-score.
+
+`Trajectory` mirrors `gym_server.store.records.TrajectoryRecord` field for field, and its column names are
+the record's field names, so `store.repository` converts between the two in one place. Project-wide type
+choices live here once:
+
+- nested fields (transcript, tools, components, token data, ...) are `sqlalchemy.JSON`, never Postgres
+  `JSONB`, because JSONB rejects the `\\u0000` escape and a model can emit a NUL byte that the transcript
+  must keep verbatim;
+- timestamps are timezone-aware and always come back in UTC, on SQLite too (which stores no offset);
+- status and failure class are plain strings, so a new enum member needs no migration.
+
+The schema changes only through an Alembic revision under `store/migrations/versions`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar
+
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, String, Table, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+__all__ = ["Base", "Rescore", "Trajectory", "UTCDateTime", "rescores_table", "trajectories_table"]
+
+JsonDict = dict[str, Any]
+JsonList = list[dict[str, Any]]
+ScoreDict = dict[str, float]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware timestamp stored in UTC; naive values are taken as UTC.
+
+    Postgres keeps the offset (`timestamptz`); SQLite keeps none, so values are written as naive UTC and
+    given their zone back on read. Either way callers only ever see aware UTC datetimes.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Column shapes used more than once.
+trajectory_id = Annotated[str, mapped_column(String(128))]
+name = Annotated[str, mapped_column(String(255))]
+timestamp = Annotated[datetime, mapped_column(UTCDateTime())]
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the store; maps the nested Python types of the record to portable JSON."""
+
+    type_annotation_map: ClassVar[dict[Any, TypeEngine[Any]]] = {
+        JsonDict: JSON(none_as_null=True),
+        JsonList: JSON(none_as_null=True),
+        ScoreDict: JSON(none_as_null=True),
+        datetime: UTCDateTime(),
+        str: String(255),
+    }
+
+
+class Trajectory(Base):
+    """One episode, live or finished: the durable form of a `TrajectoryRecord`."""
+
+    __tablename__ = "trajectories"
+
+    id: Mapped[trajectory_id] = mapped_column(primary_key=True)
+    run: Mapped[name | None] = mapped_column(index=True)
+    env: Mapped[name] = mapped_column(index=True)
+    env_version: Mapped[str] = mapped_column(String(128))
+    task_id: Mapped[name] = mapped_column(index=True)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    failure: Mapped[str | None] = mapped_column(String(64))
+    done_reason: Mapped[str | None] = mapped_column(Text)
+    messages: Mapped[JsonList]
+    tools: Mapped[JsonList]
+    reward: Mapped[float | None]
+    components: Mapped[ScoreDict]
+    verify_info: Mapped[JsonDict]
+    verifier_version: Mapped[str | None] = mapped_column(String(128))
+    policy: Mapped[JsonDict | None]
+    turns: Mapped[JsonList]
+    timings: Mapped[JsonDict]
+    # `metadata` is taken by DeclarativeBase; the column keeps the record's field name.
+    metadata_: Mapped[JsonDict] = mapped_column("metadata")
+    num_turns: Mapped[int]
+    server_name: Mapped[name | None] = mapped_column(index=True)
+    created_at: Mapped[timestamp] = mapped_column(index=True)
+    finished_at: Mapped[timestamp | None]
+
+    def __repr__(self) -> str:
+        return (
+            f"Trajectory(id={self.id!r}, env={self.env!r}, task_id={self.task_id!r}, "
+            f"status={self.status!r}, reward={self.reward!r})"
+        )
+
+
+class Rescore(Base):
+    """One re-verification of a stored trajectory, keeping the score it replaced."""
+
+    __tablename__ = "rescores"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    trajectory_id: Mapped[trajectory_id] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="CASCADE"), index=True
+    )
+    reward: Mapped[float | None]
+    components: Mapped[ScoreDict]
+    info: Mapped[JsonDict]
+    failure: Mapped[str | None] = mapped_column(String(64))
+    verifier_version: Mapped[str | None] = mapped_column(String(128))
+    previous_reward: Mapped[float | None]
+    previous_verifier_version: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[timestamp]
+
+    def __repr__(self) -> str:
+        return (
+            f"Rescore(id={self.id!r}, trajectory_id={self.trajectory_id!r}, reward={self.reward!r}, "
+            f"previous_reward={self.previous_reward!r})"
+        )
+
+
+# The Core tables, for bulk statements whose keys are column names (= the record's field names).
+trajectories_table: Table = Base.metadata.tables["trajectories"]
+rescores_table: Table = Base.metadata.tables["rescores"]

@@ -1,0 +1,215 @@
+"""Reading and writing trajectories with a SQLAlchemy `Session` that the caller owns.
+
+These functions never begin, commit or roll back: the caller decides the transaction (the writer thread
+commits a whole batch at once, a read opens a short one). Conversion between a `TrajectoryRecord` and a
+row happens here and nowhere else (`record_to_row`, `row_to_record`); the table's column names are the
+record's field names, so the two stay in step by construction and a test checks they cover each other.
+
+Upserts are one statement per batch (`INSERT .. ON CONFLICT (id) DO UPDATE`, on SQLite and Postgres alike)
+and overwrite every column, so the last record written for an id is the whole truth about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import ColumnElement, Row, Select, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from gym_server.errors import RolloutNotFound
+from gym_server.store.models import Rescore, Trajectory, trajectories_table
+from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
+
+__all__ = [
+    "RescoreRecord",
+    "TrajectoryFilter",
+    "add_rescore",
+    "count_trajectories",
+    "get_trajectory",
+    "list_rescores",
+    "list_trajectories",
+    "mark_lost",
+    "record_to_row",
+    "row_to_record",
+    "select_trajectories",
+    "upsert_trajectories",
+]
+
+
+class TrajectoryFilter(BaseModel):
+    """Which stored trajectories a list, count or export means; a None field does not filter."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str | None = None
+    env: str | None = None
+    task_id: str | None = None
+    status: TrajectoryStatus | None = None
+
+    def clauses(self) -> list[ColumnElement[bool]]:
+        columns = trajectories_table.c
+        wanted = {"run": self.run, "env": self.env, "task_id": self.task_id, "status": self.status}
+        return [columns[key] == value for key, value in wanted.items() if value is not None]
+
+
+class RescoreRecord(BaseModel):
+    """One re-verification of a stored trajectory and the score it replaced."""
+
+    id: int
+    trajectory_id: str
+    reward: float | None
+    components: dict[str, float]
+    info: dict[str, Any]
+    failure: str | None
+    verifier_version: str | None
+    previous_reward: float | None
+    previous_verifier_version: str | None
+    created_at: datetime
+
+
+def record_to_row(record: TrajectoryRecord) -> dict[str, Any]:
+    """The column values of `record`, keyed by column name; nested values are left to the JSON type."""
+    return record.model_dump()
+
+
+def row_to_record(row: Row[Any]) -> TrajectoryRecord:
+    """The record a row of `trajectories_table` (selected whole) stands for."""
+    return TrajectoryRecord.model_validate(row._asdict())
+
+
+def upsert_trajectories(session: Session, records: Iterable[TrajectoryRecord]) -> int:
+    """Insert each record, or overwrite every column of the row with its id; returns how many were sent.
+
+    Ids must be unique within one call (the writer coalesces them before).
+    """
+    rows = [record_to_row(record) for record in records]
+    if not rows:
+        return 0
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    statement = insert(trajectories_table)
+    updates = {
+        column.name: statement.excluded[column.name] for column in trajectories_table.c if column.name != "id"
+    }
+    session.execute(statement.on_conflict_do_update(index_elements=["id"], set_=updates), rows)
+    return len(rows)
+
+
+def select_trajectories(where: TrajectoryFilter) -> Select[Any]:
+    """Whole rows matching `where`, newest first (id breaks ties, so pages never overlap)."""
+    columns = trajectories_table.c
+    return (
+        select(trajectories_table)
+        .where(*where.clauses())
+        .order_by(columns.created_at.desc(), columns.id.desc())
+    )
+
+
+def get_trajectory(session: Session, trajectory_id: str) -> TrajectoryRecord | None:
+    """The stored record with this id, or None."""
+    statement = select(trajectories_table).where(trajectories_table.c.id == trajectory_id)
+    row = session.execute(statement).first()
+    return None if row is None else row_to_record(row)
+
+
+def list_trajectories(
+    session: Session,
+    *,
+    run: str | None = None,
+    env: str | None = None,
+    task_id: str | None = None,
+    status: TrajectoryStatus | None = None,
+    offset: int = 0,
+    limit: int = 100,
+) -> list[TrajectoryRecord]:
+    """One page of stored records matching every given filter, newest first."""
+    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    statement = select_trajectories(where).offset(offset).limit(limit)
+    return [row_to_record(row) for row in session.execute(statement)]
+
+
+def count_trajectories(
+    session: Session,
+    *,
+    run: str | None = None,
+    env: str | None = None,
+    task_id: str | None = None,
+    status: TrajectoryStatus | None = None,
+) -> int:
+    """How many stored records match every given filter."""
+    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    statement = select(func.count()).select_from(trajectories_table).where(*where.clauses())
+    return session.execute(statement).scalar_one()
+
+
+def mark_lost(session: Session, server_name: str) -> int:
+    """Mark every live trajectory of `server_name` lost (its server restarted); returns how many.
+
+    Call it at start-up before the server opens sessions, so only the previous process's rows match.
+    """
+    columns = trajectories_table.c
+    statement = (
+        update(trajectories_table)
+        .where(columns.status == TrajectoryStatus.LIVE.value, columns.server_name == server_name)
+        .values(
+            status=TrajectoryStatus.LOST.value,
+            failure=FailureClass.SERVER_RESTART.value,
+            finished_at=utcnow(),
+        )
+        .returning(columns.id)
+    )
+    return len(session.execute(statement).all())
+
+
+def add_rescore(
+    session: Session,
+    trajectory_id: str,
+    *,
+    reward: float | None,
+    components: dict[str, float],
+    verifier_version: str | None,
+    info: dict[str, Any] | None = None,
+    failure: str | None = None,
+) -> RescoreRecord:
+    """Record a new score for a stored trajectory and make it the trajectory's current score.
+
+    The rescore row keeps the reward and verifier version it replaced; the trajectory's reward, components,
+    verifier version and verify info become the new ones.
+
+    Raises:
+        RolloutNotFound: no stored trajectory has this id.
+    """
+    trajectory = session.get(Trajectory, trajectory_id, with_for_update=True)
+    if trajectory is None:
+        raise RolloutNotFound(trajectory_id)
+    rescore = Rescore(
+        trajectory_id=trajectory_id,
+        reward=reward,
+        components=components,
+        info=info or {},
+        failure=failure,
+        verifier_version=verifier_version,
+        previous_reward=trajectory.reward,
+        previous_verifier_version=trajectory.verifier_version,
+        created_at=utcnow(),
+    )
+    trajectory.reward = reward
+    trajectory.components = components
+    trajectory.verifier_version = verifier_version
+    trajectory.verify_info = info or {}
+    session.add(rescore)
+    session.flush()
+    return _rescore_record(rescore)
+
+
+def list_rescores(session: Session, trajectory_id: str) -> list[RescoreRecord]:
+    """Every re-score of one trajectory, oldest first."""
+    statement = select(Rescore).where(Rescore.trajectory_id == trajectory_id).order_by(Rescore.id)
+    return [_rescore_record(rescore) for rescore in session.scalars(statement)]
+
+
+def _rescore_record(rescore: Rescore) -> RescoreRecord:
+    return RescoreRecord.model_validate(rescore, from_attributes=True)

@@ -1,0 +1,410 @@
+"""`TrajectoryStore`: the service's handle on the durable store, built so the hot path never waits on it.
+
+Recording a trajectory is a dictionary assignment under a lock: no I/O, no copy, no event-loop hop. A
+daemon thread with its own engine wakes every `flush_interval_s` (sooner when a batch is full or someone
+awaits `flush()`), takes up to `batch_size` queued records, and upserts them in one transaction. Records with
+the same id coalesce while queued: a session recorded at creation and again at close costs one row write if
+both land in the same window.
+
+Failures are sorted by cause. When the database cannot be reached (connection refused, file locked, disk
+full) the rows stay queued, `healthy` turns False with the error, and the thread retries with exponential
+backoff, so an outage delays trajectories but never drops them. A record the database rejects for its own
+content (it cannot be serialized, or violates a constraint) is retried alone, then logged and skipped, so
+one bad row never blocks the queue. Reads go through `asyncio.to_thread` on a second engine and raise
+`StoreUnavailable` (a 503) when the database does not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import itertools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from gym_server.errors import StoreUnavailable
+from gym_server.store import repository
+from gym_server.store.migrate import describe_error, is_outage, make_engine, mask_url, upgrade_database
+from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.repository import RescoreRecord
+
+__all__ = ["TrajectoryStore"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Pending:
+    record: TrajectoryRecord
+    seq: int  # enqueue number of the oldest version of this id not yet written
+
+
+@dataclass(slots=True)
+class _Waiter:
+    seq: int  # everything enqueued up to this number must be written
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+
+
+def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
+    if not future.done():
+        future.set_exception(error) if error else future.set_result(None)
+
+
+class TrajectoryStore:
+    """Batching, coalescing, outage-proof writer plus async reads over one database URL.
+
+    ```python
+    store = TrajectoryStore("sqlite:///var/gym.db")
+    await store.start()  # migrates, starts the writer thread
+    store.record(TrajectoryRecord(id="s1", env="math", env_version="ab12", task_id="t1"))
+    await store.flush()
+    assert (await store.get("s1")) is not None
+    await store.stop()
+    ```
+
+    Args:
+        url: SQLAlchemy URL of a SQLite file or a PostgreSQL database.
+        flush_interval_s: the batching window of the writer thread.
+        batch_size: most rows written in one transaction.
+        max_backoff_s: longest wait between retries while the database is down.
+    """
+
+    def __init__(
+        self, url: str, *, flush_interval_s: float = 0.2, batch_size: int = 256, max_backoff_s: float = 5.0
+    ) -> None:
+        if flush_interval_s <= 0 or batch_size < 1 or max_backoff_s <= 0:
+            raise ValueError("flush_interval_s and max_backoff_s must be positive, batch_size at least 1")
+        self._url = url
+        self._flush_interval_s = flush_interval_s
+        self._batch_size = batch_size
+        self._max_backoff_s = max_backoff_s
+        self._lock = threading.Lock()  # guards _queue, _seq, _waiters, _closed, _running
+        self._queue: dict[str, _Pending] = {}  # insertion order is seq order
+        self._seq = 0
+        self._waiters: builtins.list[_Waiter] = []
+        self._closed = False  # stop() was called: record() refuses
+        self._running = False  # the writer thread takes flush() waiters
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._drain_deadline = math.inf
+        self._thread: threading.Thread | None = None
+        self._engine: Engine | None = None
+        self._sessions: sessionmaker[Session] | None = None
+        self._written = 0
+        self._dropped = 0
+        self._last_error: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"TrajectoryStore(url={mask_url(self._url)!r}, pending={self.pending}, "
+            f"written={self._written}, healthy={self.healthy})"
+        )
+
+    @property
+    def pending(self) -> int:
+        """Records queued or being written, not yet committed (one per id)."""
+        return len(self._queue)
+
+    @property
+    def written(self) -> int:
+        """Rows committed since start (a re-recorded id counts each time it is written)."""
+        return self._written
+
+    @property
+    def dropped(self) -> int:
+        """Records skipped because the database rejected their content; should stay 0."""
+        return self._dropped
+
+    @property
+    def healthy(self) -> bool:
+        """False while the last write attempt failed because the database could not be reached."""
+        return self._last_error is None
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last write attempt failed, while the store is unhealthy."""
+        return self._last_error
+
+    async def start(self) -> None:
+        """Bring the schema to head and start the writer thread.
+
+        Raises:
+            StoreUnavailable: the database cannot be reached to migrate it.
+        """
+        if self._thread is not None or self._closed:
+            raise RuntimeError("a TrajectoryStore starts once")
+        try:
+            await asyncio.to_thread(upgrade_database, self._url)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StoreUnavailable(
+                f"cannot migrate the trajectory database {mask_url(self._url)}: {describe_error(exc)}"
+            ) from exc
+        self._engine = make_engine(self._url)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._thread = threading.Thread(target=self._run, name="trajectory-writer", daemon=True)
+        self._running = True
+        self._thread.start()
+
+    async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Write everything queued, then stop the thread; idempotent.
+
+        While the database is down the writer keeps retrying for up to `drain_timeout_s`, then gives up and
+        logs how many trajectories were not written. `record` raises once `stop` was called.
+        """
+        with self._lock:
+            self._closed = True
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._drain_deadline = time.monotonic() + drain_timeout_s
+            self._stopping.set()
+            self._wake.set()
+            await asyncio.to_thread(thread.join)
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+            self._sessions = None
+
+    def record(self, rec: TrajectoryRecord) -> None:
+        """Queue `rec` to be written; returns at once, never does I/O.
+
+        The store keeps `rec` itself, not a copy, until it is written: hand over a record you will not
+        mutate any more, and build a new one for the next state of the episode. A later record with the
+        same id replaces a queued one.
+
+        Raises:
+            RuntimeError: the store was stopped.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is stopped; trajectory {rec.id!r} cannot be recorded")
+            self._seq += 1
+            queued = self._queue.get(rec.id)
+            self._queue[rec.id] = _Pending(rec, queued.seq if queued is not None else self._seq)
+            batch_ready = len(self._queue) >= self._batch_size
+        if batch_ready and self._last_error is None:
+            self._wake.set()
+
+    async def flush(self) -> None:
+        """Return once every record queued before this call is committed.
+
+        While the database is down this waits until it is back; bound it with `asyncio.timeout()`.
+
+        Raises:
+            StoreUnavailable: the store stopped before it could write them.
+            RuntimeError: the store is not running.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(0, loop, loop.create_future())
+        with self._lock:
+            waiter.seq = self._seq
+            if self._low_water() > waiter.seq:
+                return
+            if not self._running:
+                raise RuntimeError(f"{self!r} is not running; start() it before flush()")
+            self._waiters.append(waiter)
+        self._wake.set()
+        try:
+            await waiter.future
+        finally:
+            with self._lock:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    async def mark_lost(self, server_name: str) -> int:
+        """Mark the live trajectories `server_name` left in the database lost; call once at start-up."""
+        return await self._call(partial(repository.mark_lost, server_name=server_name))
+
+    async def add_rescore(
+        self,
+        trajectory_id: str,
+        *,
+        reward: float | None,
+        components: dict[str, float],
+        verifier_version: str | None,
+        info: dict[str, object] | None = None,
+        failure: str | None = None,
+    ) -> RescoreRecord:
+        """Store a re-verification and make it the trajectory's score (see `repository.add_rescore`)."""
+        rescore = partial(repository.add_rescore, trajectory_id=trajectory_id, info=info, failure=failure)
+        return await self._call(
+            partial(rescore, reward=reward, components=components, verifier_version=verifier_version)
+        )
+
+    async def get(self, trajectory_id: str) -> TrajectoryRecord | None:
+        """The newest record with this id: the queued one if not yet written, else the stored one."""
+        with self._lock:
+            queued = self._queue.get(trajectory_id)
+        if queued is not None:
+            return queued.record
+        return await self._call(partial(repository.get_trajectory, trajectory_id=trajectory_id))
+
+    async def list(
+        self,
+        *,
+        run: str | None = None,
+        env: str | None = None,
+        task_id: str | None = None,
+        status: TrajectoryStatus | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> builtins.list[TrajectoryRecord]:
+        """One page of stored records, newest first; records still queued appear after the next flush."""
+        query = partial(repository.list_trajectories, run=run, env=env, task_id=task_id, status=status)
+        return await self._call(partial(query, offset=offset, limit=limit))
+
+    async def count(
+        self,
+        *,
+        run: str | None = None,
+        env: str | None = None,
+        task_id: str | None = None,
+        status: TrajectoryStatus | None = None,
+    ) -> int:
+        """How many stored records match the filters."""
+        return await self._call(
+            partial(repository.count_trajectories, run=run, env=env, task_id=task_id, status=status)
+        )
+
+    async def list_rescores(self, trajectory_id: str) -> builtins.list[RescoreRecord]:
+        """Every re-score of one trajectory, oldest first."""
+        return await self._call(partial(repository.list_rescores, trajectory_id=trajectory_id))
+
+    async def ping(self) -> bool:
+        """Whether the database answers `SELECT 1` (for readiness probes); never raises."""
+        try:
+            await self._call(lambda session: session.execute(text("SELECT 1")))
+        except (StoreUnavailable, SQLAlchemyError, RuntimeError):
+            return False
+        return True
+
+    async def _call(self, work: Callable[[Session], T]) -> T:
+        """Run `work` in a worker thread inside one committed transaction."""
+        sessions = self._sessions
+        if sessions is None:
+            raise RuntimeError(f"{self!r} is not running; start() it first")
+        return await asyncio.to_thread(self._in_transaction, sessions, work)
+
+    def _in_transaction(self, sessions: sessionmaker[Session], work: Callable[[Session], T]) -> T:
+        try:
+            with sessions.begin() as session:
+                return work(session)
+        except SQLAlchemyError as exc:
+            if not is_outage(exc):
+                raise
+            raise StoreUnavailable(
+                f"trajectory database {mask_url(self._url)} unavailable: {describe_error(exc)}"
+            ) from exc
+
+    def _low_water(self) -> float:
+        """The smallest enqueue number not yet written (infinity when nothing is pending); hold the lock."""
+        first = next(iter(self._queue.values()), None)
+        return math.inf if first is None else first.seq
+
+    def _run(self) -> None:
+        engine = make_engine(self._url)
+        sessions = sessionmaker(engine)
+        backoff = 0.0  # seconds until the next retry while the database is down; 0 when healthy
+        try:
+            while True:
+                if not self._stopping.is_set():
+                    self._wake.wait(backoff or self._flush_interval_s)
+                elif backoff:  # draining for stop() against a dead database: retry until the deadline
+                    remaining = self._drain_deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._wake.wait(min(backoff, remaining))
+                self._wake.clear()
+                if self._drain(sessions):
+                    backoff = 0.0
+                    if self._stopping.is_set() and not self._queue:
+                        break
+                else:
+                    backoff = min(max(2 * backoff, self._flush_interval_s), self._max_backoff_s)
+        except BaseException as exc:  # a bug, not an outage: say so loudly instead of dying silently
+            self._last_error = f"writer thread crashed: {describe_error(exc)}"
+            log.exception("trajectory writer thread crashed")
+            raise
+        finally:
+            engine.dispose()
+            self._release_waiters()
+
+    def _drain(self, sessions: sessionmaker[Session]) -> bool:
+        """Write every queued batch; False when the database went away (the rest stays queued)."""
+        while True:
+            with self._lock:
+                batch = list(itertools.islice(self._queue.values(), self._batch_size))
+            if not batch:
+                return True
+            if not self._write(sessions, batch):
+                return False
+
+    def _write(self, sessions: sessionmaker[Session], batch: builtins.list[_Pending]) -> bool:
+        try:
+            with sessions.begin() as session:
+                repository.upsert_trajectories(session, (entry.record for entry in batch))
+        except Exception as exc:
+            if is_outage(exc):
+                if self._last_error is None:
+                    log.warning(
+                        "trajectory database down, %d rows kept queued: %s", self.pending, describe_error(exc)
+                    )
+                self._last_error = describe_error(exc)
+                return False
+            if len(batch) > 1:  # find the offending record(s); the others go through
+                return all(self._write(sessions, [entry]) for entry in batch)
+            log.error(
+                "trajectory %r rejected by the database, skipped: %s", batch[0].record.id, describe_error(exc)
+            )
+            self._settle(batch, written=False)
+            return True
+        if self._last_error is not None:
+            log.warning("trajectory database back; %d rows still queued", self.pending - len(batch))
+            self._last_error = None
+        self._settle(batch, written=True)
+        return True
+
+    def _settle(self, batch: builtins.list[_Pending], *, written: bool) -> None:
+        """Forget the committed (or rejected) entries unless re-recorded meanwhile; wake flush() callers."""
+        with self._lock:
+            for entry in batch:
+                if self._queue.get(entry.record.id) is entry:
+                    del self._queue[entry.record.id]
+            low_water = self._low_water()
+            ready = [waiter for waiter in self._waiters if waiter.seq < low_water]
+            self._waiters = [waiter for waiter in self._waiters if waiter.seq >= low_water]
+        if written:
+            self._written += len(batch)
+        else:
+            self._dropped += len(batch)
+        for waiter in ready:
+            self._resolve(waiter, None)
+
+    def _release_waiters(self) -> None:
+        """On thread exit: fail the flush() callers whose records could not be written."""
+        with self._lock:
+            self._running = False
+            waiters, self._waiters = self._waiters, []
+            left = len(self._queue)
+        if left:
+            log.error("trajectory writer stopped with %d trajectories unwritten: %s", left, self._last_error)
+        error = StoreUnavailable(f"the store stopped with {left} trajectories unwritten: {self._last_error}")
+        for waiter in waiters:
+            self._resolve(waiter, error)
+
+    @staticmethod
+    def _resolve(waiter: _Waiter, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the waiting loop is closed; nobody is left to tell
+            waiter.loop.call_soon_threadsafe(_settle_future, waiter.future, error)

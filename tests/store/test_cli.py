@@ -1,0 +1,108 @@
+"""`gym-server db` and `gym-server export`, invoked as the integrated CLI wires them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import typer
+from sqlalchemy.orm import Session
+from typer.testing import CliRunner
+
+from gym_server.cli import db, export
+from gym_server.store.migrate import make_engine, upgrade_database
+from gym_server.store.records import TrajectoryRecord
+from gym_server.store.repository import upsert_trajectories
+
+RecordFactory = Callable[..., TrajectoryRecord]
+
+cli = typer.Typer()
+cli.add_typer(db.app, name="db")
+cli.command()(export.export)
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
+    monkeypatch.chdir(tmp_path)  # no stray .env, and the default SQLite path lands here
+    monkeypatch.setenv("COLUMNS", "250")  # keep rich from wrapping long paths
+    for name in ("GYM_DATABASE_URL", "GYM_STORE__URL", "GYM_STORE__PATH"):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+def test_db_upgrade_and_current(runner: CliRunner, empty_url: str) -> None:
+    before = runner.invoke(cli, ["db", "current", "--database-url", empty_url])
+    assert before.exit_code == 0, before.output
+    assert "revision none, head 0001" in before.output
+    first = runner.invoke(cli, ["db", "upgrade", "--database-url", empty_url])
+    assert first.exit_code == 0, first.output
+    assert "Upgraded to head revision 0001 (from an empty schema)" in first.output
+    again = runner.invoke(cli, ["db", "upgrade", "--database-url", empty_url])
+    assert "Already at head revision 0001" in again.output
+    after = runner.invoke(cli, ["db", "current", "--database-url", empty_url])
+    assert "revision 0001, head 0001, up to date" in after.output
+
+
+def test_db_url_defaults_to_the_server_settings(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = runner.invoke(cli, ["db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    assert "Database sqlite:///var/gym.db" in result.output
+    assert (tmp_path / "var" / "gym.db").is_file()
+    monkeypatch.setenv("GYM_DATABASE_URL", f"sqlite:///{tmp_path / 'other.db'}")
+    result = runner.invoke(cli, ["db", "current"])
+    assert f"Database sqlite:///{tmp_path / 'other.db'}: revision none" in result.output
+
+
+@pytest.mark.postgres
+def test_db_upgrade_failure_hides_the_password(runner: CliRunner) -> None:
+    url = "postgresql+psycopg://postgres:hunter2@127.0.0.1:5432/gym_no_such_database"
+    result = runner.invoke(cli, ["db", "upgrade", "--database-url", url])
+    assert result.exit_code == 1
+    assert "postgres:***@127.0.0.1" in result.output
+    assert "cannot upgrade the trajectory database" in result.stderr
+    assert "does not exist" in result.stderr
+    assert "hunter2" not in result.output
+
+
+def test_export_command(
+    runner: CliRunner, store_url: str, tmp_path: Path, make_record: RecordFactory
+) -> None:
+    records = [make_record(run="r1" if n % 2 else "r2") for n in range(6)]
+    engine = make_engine(store_url)
+    with Session(engine) as session, session.begin():
+        upsert_trajectories(session, records)
+    engine.dispose()
+
+    out = tmp_path / "dump" / "r1.jsonl"
+    args = ["export", str(out), "--database-url", store_url, "--run", "r1", "--limit", "2"]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert f"Exported 2 trajectories as jsonl to {out}" in result.stderr
+    assert [TrajectoryRecord.model_validate_json(line).id for line in out.read_text().splitlines()] == [
+        records[5].id,
+        records[3].id,
+    ]
+
+    parquet = tmp_path / "all.parquet"  # format follows the suffix
+    result = runner.invoke(cli, ["export", str(parquet), "--database-url", store_url, "--status", "live"])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(parquet).num_rows == 6
+
+    forced = tmp_path / "all.data"
+    result = runner.invoke(cli, ["export", str(forced), "-f", "parquet", "--database-url", store_url])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(forced).num_rows == 6
+
+
+def test_export_without_pyarrow(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'gym.db'}"
+    upgrade_database(url)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    result = runner.invoke(cli, ["export", str(tmp_path / "x.parquet"), "--database-url", url])
+    assert result.exit_code == 1
+    assert "install gym-server[parquet]" in result.stderr

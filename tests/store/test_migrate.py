@@ -1,0 +1,69 @@
+"""Migrations and engines: an empty database gets the schema the models describe, once, on both backends."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
+
+from gym_server.store.migrate import current_revision, head_revision, make_engine, mask_url, upgrade_database
+from gym_server.store.models import Base
+
+
+def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
+    assert current_revision(empty_url) is None
+    upgrade_database(empty_url)
+    upgrade_database(empty_url)  # idempotent
+    assert current_revision(empty_url) == head_revision() == "0001"
+    engine = make_engine(empty_url)
+    try:
+        inspector = inspect(engine)
+        assert set(inspector.get_table_names()) == {"alembic_version", "trajectories", "rescores"}
+        indexed = {tuple(index["column_names"]) for index in inspector.get_indexes("trajectories")}
+        assert indexed == {("run",), ("env",), ("task_id",), ("status",), ("created_at",), ("server_name",)}
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            assert compare_metadata(context, Base.metadata) == []  # the revision matches the models
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_replicas_migrating_together_do_not_race(private_postgres: str) -> None:
+    # Separate processes, as replicas are: without the advisory lock two of them collide on CREATE TABLE.
+    with ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(upgrade_database, [private_postgres] * 3))
+    assert current_revision(private_postgres) == head_revision()
+
+
+def test_sqlite_engine_settings(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "gym.db"
+    for url, busy_ms in ((f"sqlite:///{path}", 5000), (f"sqlite:///{path}?timeout=0.25", 250)):
+        engine = make_engine(url)
+        try:
+            with engine.connect() as connection:
+                pragma = connection.exec_driver_sql
+                assert pragma("PRAGMA journal_mode").scalar() == "wal"
+                assert pragma("PRAGMA synchronous").scalar() == 1  # NORMAL
+                assert pragma("PRAGMA busy_timeout").scalar() == busy_ms
+                assert pragma("PRAGMA foreign_keys").scalar() == 1
+        finally:
+            engine.dispose()
+    assert path.is_file()
+
+
+def test_unsupported_database() -> None:
+    with pytest.raises(ValueError, match=r"unsupported database 'mysql'.*use sqlite or postgresql"):
+        make_engine("mysql://root:pw@localhost/gym")
+
+
+def test_mask_url() -> None:
+    assert (
+        mask_url("postgresql+psycopg://gym:s3cret@db:5432/gym") == "postgresql+psycopg://gym:***@db:5432/gym"
+    )
+    assert mask_url("sqlite:///var/gym.db") == "sqlite:///var/gym.db"
