@@ -75,4 +75,5 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     for module in (environments, sessions, verify, rollouts, health):
         app.include_router(module.router)
+    app.router.routes[:0] = sessions.fast_routes()
     return app

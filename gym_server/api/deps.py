@@ -17,19 +17,20 @@ from gym_server.store.writer import TrajectoryStore
 __all__ = ["ManagerDep", "RegistryDep", "SettingsDep", "StoreDep"]
 
 
-def get_settings(request: Request) -> Settings:
+# `async def` on purpose: FastAPI runs plain-def dependencies in a worker thread, a hop per request.
+async def get_settings(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
     return cast(Registry, request.app.state.registry)
 
 
-def get_manager(request: Request) -> SessionManager:
+async def get_manager(request: Request) -> SessionManager:
     return cast(SessionManager, request.app.state.manager)
 
 
-def get_store(request: Request) -> TrajectoryStore:
+async def get_store(request: Request) -> TrajectoryStore:
     return cast(TrajectoryStore, request.app.state.store)
 
 

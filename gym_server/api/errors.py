@@ -8,17 +8,20 @@ wrong method), and a catch-all that logs the traceback and sends a 500 problem w
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from gym_server.errors import GymError
 
-__all__ = ["PROBLEM_MEDIA_TYPE", "install_error_handlers", "problem", "problem_body"]
+__all__ = ["PROBLEM_MEDIA_TYPE", "install_error_handlers", "parse_body", "problem", "problem_body"]
+
+M = TypeVar("M", bound=BaseModel)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -56,6 +59,15 @@ def problem(
     )
 
 
+def parse_body(raw: bytes, model: type[M]) -> M:
+    """Parse and validate a JSON body; failures raise the same 422 a FastAPI body parameter would."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_input=False)]
+        raise RequestValidationError(errors) from None
+
+
 def gym_error_problem(exc: GymError, instance: str | None = None) -> Response:
     return problem(
         exc.status, exc.slug, exc.title, exc.detail, instance=instance, headers=exc.headers, **exc.extra
@@ -77,8 +89,9 @@ def _describe(error: dict[str, Any]) -> dict[str, Any]:
 async def _on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     errors = [_describe(error) for error in exc.errors()][:20]
-    if any(error["type"] == "json_invalid" for error in errors):
-        detail = "the request body is not valid JSON"
+    invalid_json = [error for error in errors if error["type"] == "json_invalid"]
+    if invalid_json:
+        detail = f"the request body is not valid JSON ({invalid_json[0]['msg']})"
     else:
         detail = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:5])
     return problem(

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gym_server.sdk.environment import VerifyResult
-from gym_server.sdk.messages import Message
+from gym_server.sdk.messages import Message, check_text
 from gym_server.sdk.tasks import Task
 from gym_server.store.records import TrajectoryRecord
 
@@ -152,6 +152,11 @@ class VerifyRequest(TaskRef):
     messages: list[Message] | None = Field(
         None, description="a transcript whose assistant turns are replayed"
     )
+
+    @field_validator("completion")
+    @classmethod
+    def _completion_text(cls, value: str | None) -> str | None:
+        return None if value is None else check_text(value)
 
     @model_validator(mode="after")
     def _one_answer(self) -> VerifyRequest:

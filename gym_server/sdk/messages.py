@@ -10,12 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["FunctionCall", "Message", "ToolCall", "tool_message"]
+__all__ = ["FunctionCall", "Message", "ToolCall", "check_text", "tool_message"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-def _check_text(value: str) -> str:
+def check_text(value: str) -> str:
+    """Return `value` if it can be encoded as UTF-8; raise ValueError (a 422 in a model) otherwise."""
     # A lone surrogate survives json.loads but cannot be encoded to UTF-8, so it could be neither
     # stored nor sent back: reject it here with a clear 422 instead of failing later.
     try:
@@ -36,12 +37,12 @@ class FunctionCall(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_text(cls, value: str) -> str:
-        return _check_text(value)
+        return check_text(value)
 
     @field_validator("arguments")
     @classmethod
     def _arguments_text(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
-        return _check_text(value) if isinstance(value, str) else value
+        return check_text(value) if isinstance(value, str) else value
 
 
 class ToolCall(BaseModel):
@@ -69,7 +70,7 @@ class Message(BaseModel):
     @field_validator("content", "reasoning_content")
     @classmethod
     def _content_text(cls, value: str | None) -> str | None:
-        return None if value is None else _check_text(value)
+        return None if value is None else check_text(value)
 
     def to_dict(self) -> dict[str, Any]:
         """The message as a plain dict without unset fields, the form transcripts are kept in."""

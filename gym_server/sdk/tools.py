@@ -39,6 +39,7 @@ class ToolSpec:
     description: str
     arguments: type[BaseModel]
     function: Callable[..., Any]
+    openai_schema: dict[str, Any]  # built once: sessions hand it out on every creation (treat as read-only)
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> ToolSpec:
@@ -64,16 +65,17 @@ class ToolSpec:
             if field_name in model.model_fields:
                 model.model_fields[field_name].description = text
         model.model_rebuild(force=True)
-        return cls(name=tool_name, description=summary, arguments=model, function=fn)
+        parameters = _strip_titles(model.model_json_schema())
+        parameters.setdefault("properties", {})
+        schema = {
+            "type": "function",
+            "function": {"name": tool_name, "description": summary, "parameters": parameters},
+        }
+        return cls(name=tool_name, description=summary, arguments=model, function=fn, openai_schema=schema)
 
     def schema(self) -> dict[str, Any]:
-        """The OpenAI function-calling schema of this tool."""
-        parameters = _strip_titles(self.arguments.model_json_schema())
-        parameters.setdefault("properties", {})
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": parameters},
-        }
+        """The OpenAI function-calling schema of this tool (shared; do not mutate)."""
+        return self.openai_schema
 
     async def invoke(
         self, owner: object, arguments: str | dict[str, Any], timeout_s: float
@@ -99,7 +101,8 @@ class ToolSpec:
         try:
             result = self.function(owner, **kwargs)
             if inspect.isawaitable(result):
-                result = await asyncio.wait_for(result, timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    result = await result
         except ToolError as exc:
             return f"Error: {exc}", False
         except TimeoutError:

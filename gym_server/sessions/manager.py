@@ -198,14 +198,12 @@ class SessionManager:
                 raise SessionFinished(session_id, session.env.done_reason or "done")
             started = time.perf_counter()
             try:
-                outcome = await asyncio.wait_for(
-                    session.env.step(
+                async with asyncio.timeout(self._step_deadline(message)):
+                    outcome = await session.env.step(
                         message,
                         tool_timeout_s=self.settings.limits.tool_timeout_s,
                         max_tool_calls=self.settings.limits.max_tool_calls_per_turn,
-                    ),
-                    self._step_deadline(message),
-                )
+                    )
                 replies, info = outcome.messages, outcome.info
             except Exception as exc:
                 # An environment bug ends this episode with a failure class; the server goes on.

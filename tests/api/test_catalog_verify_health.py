@@ -94,3 +94,24 @@ async def test_health_readiness_metrics_and_openapi(gym: AppHarness) -> None:
     create = spec["paths"]["/v1/sessions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert create["$ref"].endswith("CreateSessionRequest")
     assert spec["components"]["schemas"]["CreateSessionRequest"]["examples"]
+
+
+async def test_every_openapi_reference_resolves(gym: AppHarness) -> None:
+    spec = (await gym.client.get("/openapi.json")).json()
+    refs: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.add(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    missing = {ref for ref in refs if ref.rsplit("/", 1)[1] not in spec["components"]["schemas"]}
+    assert not missing
+    step_body = spec["paths"]["/v1/sessions/{session_id}/step"]["post"]["requestBody"]["content"]
+    assert step_body["application/json"]["schema"]["properties"]["message"]["$ref"].endswith("/Message")
