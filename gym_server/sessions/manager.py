@@ -109,6 +109,7 @@ class SessionManager:
         self._live: dict[str, LiveSession] = {}
         self._gone: dict[str, tuple[float, str]] = {}  # id -> (when, how), for 410 answers
         self._creating = 0
+        self._closing: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"SessionManager(live={len(self._live)}, max={self.settings.sessions.max_sessions})"
@@ -295,7 +296,9 @@ class SessionManager:
             self.sink.record(self._record(session, TrajectoryStatus.EXPIRED, finished=True))
             self.metrics.closed.labels(session.entry.name, TrajectoryStatus.EXPIRED.value).inc()
             self.metrics.live.set(len(self._live))
-            asyncio.get_running_loop().create_task(self._close_quietly(session))
+            closing = asyncio.get_running_loop().create_task(self._close_quietly(session))
+            self._closing.add(closing)  # the loop keeps only weak references to tasks
+            closing.add_done_callback(self._closing.discard)
             raise SessionExpired(session_id)
         session.last_active = self._clock()
         return session
@@ -336,6 +339,7 @@ class SessionManager:
         for session in sessions:
             session.failure = FailureClass.SERVER_SHUTDOWN
             await self._finish(session, TrajectoryStatus.LOST, "was lost when the server stopped")
+        await asyncio.gather(*self._closing, return_exceptions=True)
         return len(sessions)
 
     # -- records -----------------------------------------------------------------------------------

@@ -116,7 +116,9 @@ async def test_lone_surrogate_is_422(gym: AppHarness) -> None:
     )
     assert_problem(response, 422, "not valid JSON")
     verify = b'{"env": "counter", "task_id": "counter-0000", "completion": "half \\udc00 a pair"}'
-    response = await gym.client.post("/v1/verify", content=verify, headers={"content-type": "application/json"})
+    response = await gym.client.post(
+        "/v1/verify", content=verify, headers={"content-type": "application/json"}
+    )
     assert_problem(response, 422, "surrogate")
 
 
