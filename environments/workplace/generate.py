@@ -14,15 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from random import Random
 
-import orjson
-
 from gym_server.environments.workplace.goals import WorkplaceAnswer
 from gym_server.environments.workplace.office import Office, Retry
 from gym_server.environments.workplace.scenarios import SCENARIOS
 from gym_server.environments.workplace.world import WorldSpec
-from gym_server.sdk.tasks import DATASETS_ROOT, Task
+from gym_server.sdk.tasks import DATASETS_ROOT, Task, holdout_split, write_dataset
 
-__all__ = ["SEED", "TASK_COUNT", "build_tasks", "render", "split", "write"]
+__all__ = ["SEED", "TASK_COUNT", "VALIDATION_EVERY", "build_tasks", "write"]
 
 SEED = 20250310
 TASK_COUNT = 140
@@ -59,29 +57,9 @@ def build_tasks(seed: int = SEED, count: int = TASK_COUNT) -> list[Task]:
     return tasks
 
 
-def split(tasks: list[Task]) -> dict[str, list[Task]]:
-    """The train and validation splits."""
-    splits: dict[str, list[Task]] = {"train": [], "validation": []}
-    for number, task in enumerate(tasks):
-        held_out = number % VALIDATION_EVERY == VALIDATION_EVERY - 1
-        splits["validation" if held_out else "train"].append(task)
-    return splits
-
-
-def render(tasks: list[Task]) -> bytes:
-    """One JSON object a line, keys in model order, UTF-8."""
-    return b"".join(orjson.dumps(task.model_dump(mode="json")) + b"\n" for task in tasks)
-
-
 def write(root: Path = DATASETS_ROOT) -> dict[str, int]:
     """Write both splits under `root/workplace/` and return their sizes."""
-    folder = root / "workplace"
-    folder.mkdir(parents=True, exist_ok=True)
-    sizes: dict[str, int] = {}
-    for name, tasks in split(build_tasks()).items():
-        (folder / f"{name}.jsonl").write_bytes(render(tasks))
-        sizes[name] = len(tasks)
-    return sizes
+    return write_dataset(root / "workplace", holdout_split(build_tasks(), VALIDATION_EVERY))
 
 
 if __name__ == "__main__":

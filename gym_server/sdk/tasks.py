@@ -7,6 +7,7 @@ must not see: it is never served by the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_server.errors import EnvironmentDefinitionError
 
-__all__ = ["DATASETS_ROOT", "Dataset", "Task"]
+__all__ = ["DATASETS_ROOT", "Dataset", "Task", "holdout_split", "render_jsonl", "write_dataset"]
 
 DATASETS_ROOT = Path(__file__).resolve().parent.parent / "datasets"
 
@@ -91,3 +92,24 @@ class Dataset:
                 tasks.append(task)
             splits[path.stem] = tasks
         return splits
+
+
+def holdout_split(tasks: Sequence[Task], every: int) -> dict[str, list[Task]]:
+    """Split generated tasks: task `n` goes to validation when `n % every == every - 1`, else to train."""
+    splits: dict[str, list[Task]] = {"train": [], "validation": []}
+    for number, task in enumerate(tasks):
+        splits["validation" if number % every == every - 1 else "train"].append(task)
+    return splits
+
+
+def render_jsonl(tasks: Iterable[Task]) -> bytes:
+    """Tasks as JSONL, one object a line in model field order: byte-stable, so data files diff cleanly."""
+    return b"".join(orjson.dumps(task.model_dump(mode="json")) + b"\n" for task in tasks)
+
+
+def write_dataset(folder: Path, splits: Mapping[str, Sequence[Task]]) -> dict[str, int]:
+    """Write one `<split>.jsonl` per split into `folder`; returns the split sizes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, tasks in splits.items():
+        (folder / f"{name}.jsonl").write_bytes(render_jsonl(tasks))
+    return {name: len(tasks) for name, tasks in splits.items()}

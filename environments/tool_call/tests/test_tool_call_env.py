@@ -14,7 +14,7 @@ from gym_server.environments.tool_call.catalog import FAMILIES, TOOLS
 from gym_server.environments.tool_call.env import ToolCallAnswer, ToolCallEnv
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import Registry
-from gym_server.sdk.tasks import Task
+from gym_server.sdk.tasks import Task, holdout_split, render_jsonl
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "golden.jsonl"
 GOLDEN = [orjson.loads(line) for line in FIXTURES.read_bytes().splitlines() if line.strip()]
@@ -126,9 +126,9 @@ async def test_oracle_reaches_full_reward_on_every_task(task: Task) -> None:
 
 
 def test_checked_in_dataset_is_what_the_generator_writes() -> None:
-    splits = generate.split(generate.build_tasks())
+    splits = holdout_split(generate.build_tasks(), generate.VALIDATION_EVERY)
     for name, tasks in splits.items():
-        assert (ToolCallEnv.dataset().folder / f"{name}.jsonl").read_bytes() == generate.render(tasks)
+        assert (ToolCallEnv.dataset().folder / f"{name}.jsonl").read_bytes() == render_jsonl(tasks)
 
 
 async def test_wrong_and_lazy_policies_score_low() -> None:

@@ -23,7 +23,7 @@ from gym_server.environments.workplace.scenarios import SCENARIOS
 from gym_server.environments.workplace.world import minutes
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import Registry
-from gym_server.sdk.tasks import Task
+from gym_server.sdk.tasks import Task, holdout_split, render_jsonl
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "golden.jsonl"
 GOLDEN = [orjson.loads(line) for line in FIXTURES.read_bytes().splitlines() if line.strip()]
@@ -146,8 +146,8 @@ def test_dataset_shape_and_generator() -> None:
         assert {task.metadata["scenario"] for task in WorkplaceEnv.dataset().tasks(split)} == {
             s.__name__ for s in SCENARIOS
         }
-    for name, tasks in generate.split(generate.build_tasks()).items():
-        assert (WorkplaceEnv.dataset().folder / f"{name}.jsonl").read_bytes() == generate.render(tasks)
+    for name, tasks in holdout_split(generate.build_tasks(), generate.VALIDATION_EVERY).items():
+        assert (WorkplaceEnv.dataset().folder / f"{name}.jsonl").read_bytes() == render_jsonl(tasks)
 
 
 def test_registration_and_catalog() -> None:
