@@ -21,6 +21,7 @@ import pytest
 from fastapi import FastAPI
 
 from gym_server.app import create_app
+from gym_server.sdk.registry import Registry
 from gym_server.settings import Settings
 
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -77,9 +78,9 @@ def app_factory(database_url: str) -> Callable[..., Any]:
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
-    async def factory(**overrides: Any) -> AsyncIterator[AppHarness]:
+    async def factory(registry: Registry | None = None, **overrides: Any) -> AsyncIterator[AppHarness]:
         settings = make_settings(database_url, **overrides)
-        app = create_app(settings)
+        app = create_app(settings, registry)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,7 +81,11 @@ class ToolSpec:
     async def invoke(
         self, owner: object, arguments: str | dict[str, Any], timeout_s: float
     ) -> tuple[str, bool]:
-        """Run the tool on `owner` and return `(text for the model, ok)`; never raises."""
+        """Run the tool on `owner` and return `(text for the model, ok)`; never raises.
+
+        `timeout_s` bounds the call and becomes a "timed out" tool message; `math.inf` means the caller
+        bounds the whole step instead (the server does, so a hung tool is an environment fault).
+        """
         try:
             raw = orjson.loads(arguments or "{}") if isinstance(arguments, str) else arguments
         except orjson.JSONDecodeError as exc:
@@ -101,8 +106,11 @@ class ToolSpec:
         try:
             result = self.function(owner, **kwargs)
             if inspect.isawaitable(result):
-                async with asyncio.timeout(timeout_s):
+                if math.isinf(timeout_s):  # the caller holds a deadline over the whole step
                     result = await result
+                else:
+                    async with asyncio.timeout(timeout_s):
+                        result = await result
         except ToolError as exc:
             return f"Error: {exc}", False
         except TimeoutError:

@@ -32,14 +32,14 @@ from gym_server.errors import (
     SessionFinished,
     SessionNotFound,
 )
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.metrics import SessionMetrics
-from gym_server.settings import Settings
+from gym_server.settings import LimitSettings, Settings
 from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 
-__all__ = ["LiveSession", "RecordSink", "SessionManager", "StepResult"]
+__all__ = ["LiveSession", "RecordSink", "SessionManager", "StepResult", "run_verifier", "step_with_deadline"]
 
 log = logging.getLogger(__name__)
 
@@ -199,12 +199,7 @@ class SessionManager:
                 raise SessionFinished(session_id, session.env.done_reason or "done")
             started = time.perf_counter()
             try:
-                async with asyncio.timeout(self._step_deadline(message)):
-                    outcome = await session.env.step(
-                        message,
-                        tool_timeout_s=self.settings.limits.tool_timeout_s,
-                        max_tool_calls=self.settings.limits.max_tool_calls_per_turn,
-                    )
+                outcome = await step_with_deadline(session.env, message, self.settings.limits)
                 replies, info = outcome.messages, outcome.info
             except Exception as exc:
                 # An environment bug ends this episode with a failure class; the server goes on.
@@ -227,11 +222,6 @@ class SessionManager:
             if session.failure:
                 info["failure"] = session.failure
             return StepResult(messages=replies, done=session.env.done, reward=reward, info=info)
-
-    def _step_deadline(self, message: dict[str, Any]) -> float:
-        limits = self.settings.limits
-        calls = min(len(message.get("tool_calls") or []), limits.max_tool_calls_per_turn)
-        return limits.tool_timeout_s * (calls + 1)
 
     def _apply_budgets(
         self, session: LiveSession, message: dict[str, Any], replies: list[dict[str, Any]]
@@ -377,6 +367,18 @@ class SessionManager:
             created_at=session.created_at,
             finished_at=utcnow() if finished else None,
         )
+
+
+async def step_with_deadline(env: Environment, message: dict[str, Any], limits: LimitSettings) -> StepOutcome:
+    """One step under one deadline: `tool_timeout_s` for each tool call it runs, plus one for the rest.
+
+    A single deadline per step, not one per tool call, keeps the hot path to one timer; a tool that
+    overruns it is an environment fault (the caller records `env_error`), whereas a sandboxed tool
+    reports its own timeout to the model as a tool message.
+    """
+    calls = min(len(message.get("tool_calls") or []), limits.max_tool_calls_per_turn)
+    async with asyncio.timeout(limits.tool_timeout_s * (calls + 1)):
+        return await env.step(message, tool_timeout_s=math.inf, max_tool_calls=limits.max_tool_calls_per_turn)
 
 
 async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:

@@ -15,7 +15,7 @@ from typing import Any
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
-from gym_server.sessions.manager import run_verifier
+from gym_server.sessions.manager import run_verifier, step_with_deadline
 from gym_server.settings import LimitSettings
 from gym_server.store.records import FailureClass
 
@@ -36,9 +36,7 @@ async def verify_transcript(
         for message in assistant_messages[: limits.max_turns]:
             if env.done:
                 break
-            await env.step(
-                message, tool_timeout_s=limits.tool_timeout_s, max_tool_calls=limits.max_tool_calls_per_turn
-            )
+            await step_with_deadline(env, message, limits)
     except Exception as exc:
         return VerifyResult(reward=0.0, failure=FailureClass.ENV_ERROR, info={"error": type(exc).__name__})
     try:

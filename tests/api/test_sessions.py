@@ -195,3 +195,34 @@ async def test_a_non_finite_score_is_no_signal_not_a_crash(gym: AppHarness) -> N
     assert verified["reward"] == 0.0
     assert verified["failure"] == "verify_error"
     assert verified["info"] == {"error": "non-finite score"}
+
+
+async def test_a_hung_tool_ends_the_episode_as_an_environment_error(app_factory: Callable[..., Any]) -> None:
+    from gym_server import Registry, VerifyResult, tool
+    from gym_server.environments.counter.env import CounterEnv
+
+    class HangingCounter(CounterEnv):
+        name = "hanging_counter"
+        dataset_name = "counter"
+
+        @tool
+        async def hang(self) -> str:
+            """Never returns."""
+            await asyncio.sleep(3600)
+            return "unreachable"
+
+        async def verify(self) -> VerifyResult:
+            return await super().verify()
+
+    async with app_factory(Registry([HangingCounter]), limits={"tool_timeout_s": 0.05}) as gym:
+        created = await gym.client.post(
+            "/v1/sessions", json={"env": "hanging_counter", "task_id": "counter-0000"}
+        )
+        sid = created.json()["session_id"]
+        reply = (await step(gym.client, sid, call("hang"))).json()
+        assert reply["done"] is True
+        assert reply["info"]["failure"] == "env_error"
+        assert (await step(gym.client, sid, call("read"))).status_code == 409
+        await gym.client.delete(f"/v1/sessions/{sid}")
+        stored = await wait_for_rollout(gym.client, sid, "failed")
+        assert stored["failure"] == "env_error"
