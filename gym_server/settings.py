@@ -86,8 +86,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     server_name: str = Field(
-        default_factory=socket.gethostname,
-        description="identity of this replica; a restart marks this name's live sessions lost",
+        "",
+        description="this replica's identity (default host:port); its live sessions are marked lost at restart",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
@@ -97,7 +97,11 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = SandboxSettings()
 
     @model_validator(mode="after")
-    def _database_alias(self) -> Settings:
+    def _defaults_from_other_fields(self) -> Settings:
+        # host:port, not the host alone: two servers on one machine sharing a database must not mark
+        # each other's live sessions lost when one of them restarts.
+        if not self.server_name:
+            self.server_name = f"{socket.gethostname()}:{self.port}"
         if self.database_url and not self.store.url:
             self.store = self.store.model_copy(update={"url": self.database_url})
         return self
