@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     server_name: str = Field(
         "",
-        description="this replica's identity (default host:port); its live sessions are marked lost at restart",
+        description="this replica's identity (default host:port); its live rows become lost at restart",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
