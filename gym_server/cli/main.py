@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gym_server.cli import db, envs, export, play, scaffold, serve
+from gym_server.cli import db, envs, export, play, rescore, scaffold, serve, verifiers
 
 app = typer.Typer(
     name="gym-server",
@@ -19,6 +19,9 @@ app.command()(play.play)
 app.command("init")(scaffold.init)
 app.add_typer(db.app, name="db")
 app.command()(export.export)
+app.add_typer(verifiers.app, name="verifiers")
+app.command()(rescore.reverify)
+app.command()(rescore.audit)
 
 if __name__ == "__main__":
     app()

@@ -1,14 +1,18 @@
-"""Stored trajectories: every finished, expired, failed or lost episode, filterable by run, env and task."""
+"""Stored trajectories: every finished, expired, failed or lost episode, filterable by run, env and task,
+and re-scored on demand with the environment's current verifier."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
 
-from gym_server.api.deps import StoreDep
+from gym_server.api.deps import RegistryDep, SettingsDep, StoreDep
 from gym_server.api.schemas import RolloutPage
 from gym_server.errors import RolloutNotFound
+from gym_server.rescoring import Rescorer
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
@@ -40,3 +44,59 @@ async def get_rollout(rollout_id: str, store: StoreDep) -> TrajectoryRecord:
     if record is None:
         raise RolloutNotFound(rollout_id)
     return record
+
+
+class ScoreVersion(BaseModel):
+    """A score and the verifier version that gave it."""
+
+    reward: float | None
+    verifier_version: str | None
+
+
+class ReverifyResponse(BaseModel):
+    """The stored score a re-verification replaced, and the new one (now the rollout's current score)."""
+
+    rollout_id: str
+    env: str
+    task_id: str
+    previous: ScoreVersion
+    current: ScoreVersion
+    components: dict[str, float] = Field(default_factory=dict)
+    failure: str | None = Field(None, description="set when the new verdict must not be trained on")
+    info: dict[str, Any] = Field(default_factory=dict)
+    changed: bool
+    delta: float | None = Field(None, description="new minus previous reward; null without a previous one")
+    env_version: str
+    rescored_at: datetime
+
+
+@router.post(
+    "/{rollout_id}/reverify",
+    response_model=ReverifyResponse,
+    summary="Re-score a stored trajectory with the current verifier, keeping the old score beside it",
+    responses={
+        404: {"description": "unknown rollout"},
+        409: {"description": "still live, or its environment or task is no longer installed"},
+        503: {"description": "trajectory database down"},
+    },
+)
+async def reverify_rollout(
+    rollout_id: str, store: StoreDep, registry: RegistryDep, settings: SettingsDep
+) -> ReverifyResponse:
+    outcome = await Rescorer(registry, store, settings.limits).rescore(rollout_id)
+    return ReverifyResponse(
+        rollout_id=outcome.rollout_id,
+        env=outcome.env,
+        task_id=outcome.task_id,
+        previous=ScoreVersion(
+            reward=outcome.previous_reward, verifier_version=outcome.previous_verifier_version
+        ),
+        current=ScoreVersion(reward=outcome.reward, verifier_version=outcome.verifier_version),
+        components=outcome.components,
+        failure=outcome.failure,
+        info=outcome.info,
+        changed=outcome.changed,
+        delta=outcome.delta,
+        env_version=outcome.env_version,
+        rescored_at=outcome.rescored_at,
+    )

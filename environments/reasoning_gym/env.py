@@ -1,0 +1,455 @@
+"""`reasoning_gym/<task>`: reasoning-gym's procedural generators as a family of single-turn environments.
+
+One `Environment` class per curated generator (`GENERATORS`), named `reasoning_gym/<generator>` and
+registered together by the entry-point callable `environments()`. Tasks are not read from JSONL: they are
+generated on demand, deterministically, from the task id:
+
+    <generator>-l<level>-<split>-<index:05d>        e.g. leg_counting-l0-train-00042
+
+is item `index` of reasoning-gym's dataset for that generator, configured by its curriculum at `level`
+and seeded with `split_seed(generator, split, level)` (SHA-256 of the three, so train and validation never
+share a seed, and every process, machine and Python version generates the same task). The catalog lists
+`SPLIT_SIZES` tasks per split at the class's `level`; `get()` also accepts ids at any other level the
+generator's curriculum defines, which is how a trainer climbs the curriculum without another class.
+
+Curriculum: `level` (class attribute, default 0) is reasoning-gym's global curriculum level: 0 is its
+easiest setting, each step widens every attribute's range (more animals, bigger numbers, more people on
+the island...). `make_environment(generator, level=n)` builds a class serving level n by default, named
+`reasoning_gym/<generator>-l<n>`. The level is in every task's public metadata.
+
+Scoring (`verify`): the answer is the content of the response's `<answer>` tags (the system prompt asks
+for them), else its last `\\boxed{}` or "the answer is" phrase; several *different* answer blocks are
+hedging and score 0. The answer goes to the generator's own `score_answer` (reasoning-gym's scorer for
+that task), clamped to [0, 1]. One rule is stricter than reasoning-gym's: its *default* scorer, used by
+the generators that define none, gives `len(reference) / len(answer)` to any answer that merely contains
+the reference, so `1 2 3 ... 300` would earn credit on a counting task and spraying would beat committing
+to a wrong number. Here such a containment-only match scores 0 (`strict_containment = True`; set it
+False on a subclass to get reasoning-gym's behaviour back).
+
+| component | value |
+|---|---|
+| `correct` | the generator's score in [0, 1]; **the reward** |
+| `extracted` | 1.0 when an answer was found |
+| `format` | 1.0 when it was in `<answer>` tags as asked (informational) |
+| `hedged` | 1.0 when several different answers were given (scored 0) |
+
+reasoning-gym is an optional dependency (`pip install 'gym-server[reasoning-gym]'`, Apache-2.0): without
+it `environments()` returns no classes and the family is simply absent from the catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import logging
+import re
+import threading
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tasks import Dataset, Task
+from gym_server.verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, extract_tagged, final_answer
+
+__all__ = [
+    "GENERATORS",
+    "SPLIT_SIZES",
+    "SYSTEM_PROMPT",
+    "ReasoningGymDataset",
+    "ReasoningGymEnv",
+    "environments",
+    "make_environment",
+    "max_level",
+    "parse_task_id",
+    "split_seed",
+    "task_id",
+]
+
+log = logging.getLogger(__name__)
+
+# Chosen for: deterministic generation under a seed, generation and scoring well under a millisecond,
+# one short checkable answer, a curriculum, and reasoning-gym's own scorer giving the oracle answer 1.0.
+GENERATORS: dict[str, str] = {
+    "base_conversion": "Convert a number between bases.",
+    "basic_arithmetic": "Evaluate an arithmetic expression.",
+    "caesar_cipher": "Decrypt a Caesar-shifted sentence.",
+    "chain_sum": "Add and subtract a chain of integers.",
+    "count_bits": "Count the 1 bits in an integer's binary form.",
+    "family_relationships": "Name the relationship between two people of a family tree.",
+    "fraction_simplification": "Reduce a fraction to lowest terms.",
+    "gcd": "Greatest common divisor of several integers.",
+    "knights_knaves": "Decide who tells the truth on an island of knights and knaves.",
+    "lcm": "Least common multiple of several integers.",
+    "leg_counting": "Count the legs of a list of animals.",
+    "letter_counting": "Count a letter's occurrences in a text.",
+    "number_sorting": "Sort a list of numbers.",
+    "prime_factorization": "Factor an integer into primes.",
+    "spell_backward": "Spell a word backward.",
+    "word_sorting": "Sort words by ASCII/Unicode order.",
+}
+SPLIT_SIZES: dict[str, int] = {"train": 1000, "validation": 100}
+MAX_ANSWER_CHARS = 10_000  # or 4x the reference: longer answers are refused (some scorers are superlinear)
+SHOWN_ANSWER_CHARS = 200
+_ENTRY_CACHE_SIZE = 4096
+
+# reasoning-gym's "default" system prompt (reasoning_gym.utils.SYSTEM_PROMPTS), copied so the catalog
+# never needs the package imported.
+SYSTEM_PROMPT = (
+    "Given a problem, your task is to answer the question by thinking step-by-step in a clear and "
+    "specific manner.\nOnce you have thought about the reasoning process, provide the answer in the "
+    "following format:\n<answer>answer here</answer>\nDo not explain your reasoning inside the answer "
+    "tags, provide only the final answer. When an example is provided, you should strictly follow the "
+    "format of the output/answer in that example.\n"
+)
+
+_TASK_ID = re.compile(r"^(?P<generator>[a-z0-9_]+)-l(?P<level>\d{1,3})-(?P<split>[a-z]+)-(?P<index>\d{5,9})$")
+
+
+def task_id(generator: str, level: int, split: str, index: int) -> str:
+    """The id of item `index` of `split` at curriculum `level`."""
+    return f"{generator}-l{level}-{split}-{index:05d}"
+
+
+def parse_task_id(value: str) -> tuple[str, int, str, int] | None:
+    """(generator, level, split, index) of a generated task's id, or None for any other id."""
+    match = _TASK_ID.match(value)
+    if match is None:
+        return None
+    return match["generator"], int(match["level"]), match["split"], int(match["index"])
+
+
+def split_seed(generator: str, split: str, level: int) -> int:
+    """The reasoning-gym dataset seed of one split at one level (32 bits of a SHA-256)."""
+    digest = hashlib.sha256(f"reasoning_gym/{generator}/{split}/l{level}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _rg() -> Any:
+    """reasoning-gym's factory module, imported on first use (it takes about a second)."""
+    return importlib.import_module("reasoning_gym.factory")
+
+
+@cache
+def max_level(generator: str) -> int:
+    """The highest curriculum level whose configuration reasoning-gym accepts (all below it do too).
+
+    Some curricula define levels their own config validation refuses (caesar_cipher past 1): those, and
+    everything above them, are not offered.
+    """
+    rg = _rg()
+    curriculum = rg.create_curriculum(generator)
+    defined = max((len(attribute.levels) for attribute in curriculum.attributes.values()), default=1)
+    dataset_cls, _ = rg.DATASETS[generator]
+    usable = 0
+    for level in range(defined):
+        curriculum.set_global_level(level)
+        try:
+            dataset_cls(config=curriculum.generate_configuration({"seed": 0, "size": 1}))
+        except Exception:  # reasoning-gym validates with assert and ValueError alike
+            break
+        usable = level
+    return usable
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready copy of reasoning-gym metadata (tuples, sets and numpy scalars made plain)."""
+    if depth > 20:
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        item = getattr(value, "item", None)  # numpy's str_ and float64 subclass the builtins
+        return item() if callable(item) else value
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item, depth + 1) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(item, depth + 1) for item in value), key=str)
+    if hasattr(value, "item"):  # numpy scalars
+        return _plain(value.item(), depth + 1)
+    return str(value)
+
+
+class ReasoningGymDataset(Dataset):
+    """The tasks of one generator, generated from their ids instead of read from JSONL files.
+
+    Splits are listed at `level`; `get()` serves any level of the generator's curriculum. Generated
+    entries (reasoning-gym's dicts, which its scorers need verbatim) are cached, at most 4096 of them.
+    """
+
+    def __init__(self, generator: str, level: int = 0, sizes: Mapping[str, int] = SPLIT_SIZES) -> None:
+        super().__init__(f"reasoning_gym/{generator}", root=Path(__file__).resolve().parent)
+        self.generator = generator
+        self.level = level
+        self.sizes = dict(sizes)
+        self._lock = threading.Lock()
+        self._datasets: dict[tuple[str, int], Any] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._split_tasks: dict[str, list[Task]] = {}
+
+    def __repr__(self) -> str:
+        return f"ReasoningGymDataset({self.generator!r}, level={self.level}, sizes={self.sizes})"
+
+    def split_sizes(self) -> dict[str, int]:
+        return dict(self.sizes)
+
+    def tasks(self, split: str | None = None) -> list[Task]:
+        if split is None:
+            return [task for name in self.sizes for task in self.tasks(name)]
+        if split not in self.sizes:
+            return []
+        with self._lock:
+            cached = self._split_tasks.get(split)
+        if cached is None:
+            cached = [self._task(self.level, split, index) for index in range(self.sizes[split])]
+            with self._lock:
+                self._split_tasks[split] = cached
+        return cached
+
+    def get(self, task_id: str) -> Task | None:
+        parsed = parse_task_id(task_id)
+        if parsed is None:
+            return None
+        generator, level, split, index = parsed
+        if generator != self.generator or split not in self.sizes or index >= self.sizes[split]:
+            return None
+        if level > max_level(generator):
+            return None
+        return self._task(level, split, index)
+
+    def files(self) -> list[Path]:
+        """The generator's source files: part of the environment's version, as data files would be."""
+        dataset_cls, _ = _rg().DATASETS[self.generator]
+        base = importlib.import_module("reasoning_gym.dataset")
+        return [Path(inspect.getfile(dataset_cls)), Path(str(base.__file__))]
+
+    def _load(self) -> dict[str, list[Task]]:
+        return {split: self.tasks(split) for split in self.sizes}
+
+    def entry(self, task: Task) -> dict[str, Any] | None:
+        """reasoning-gym's own item for a generated task (what its scorer expects), or None."""
+        parsed = parse_task_id(task.id)
+        if parsed is None or parsed[0] != self.generator or parsed[2] not in self.sizes:
+            return None
+        return self._entry(*parsed[1:])
+
+    def _entry(self, level: int, split: str, index: int) -> dict[str, Any]:
+        key = task_id(self.generator, level, split, index)
+        with self._lock:
+            cached = self._entries.get(key)
+        if cached is not None:
+            return cached
+        item: dict[str, Any] = self._dataset(level, split)[index]
+        with self._lock:
+            if len(self._entries) >= _ENTRY_CACHE_SIZE:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[key] = item
+        return item
+
+    def scorer(self) -> Any:
+        """The generator's `score_answer`, bound to a dataset at this level."""
+        return self._dataset(self.level, next(iter(self.sizes))).score_answer
+
+    def _dataset(self, level: int, split: str) -> Any:
+        key = (split, level)
+        with self._lock:
+            dataset = self._datasets.get(key)
+        if dataset is None:
+            rg = _rg()
+            seed, size = split_seed(self.generator, split, level), self.sizes.get(split, 1)
+            curriculum = rg.create_curriculum(self.generator)
+            curriculum.set_global_level(level)
+            config = curriculum.generate_configuration({"seed": seed, "size": size})
+            dataset_cls, _ = rg.DATASETS[self.generator]
+            dataset = dataset_cls(config=config)
+            with self._lock:
+                dataset = self._datasets.setdefault(key, dataset)
+        return dataset
+
+    def _task(self, level: int, split: str, index: int) -> Task:
+        identifier = task_id(self.generator, level, split, index)
+        item = self._entry(level, split, index)
+        metadata = dict(item.get("metadata") or {})
+        return Task(
+            id=identifier,
+            prompt=str(item["question"]),
+            answer={"answer": str(item["answer"]), "metadata": _plain(metadata)},
+            metadata={
+                "source": "reasoning_gym",
+                "generator": self.generator,
+                "level": level,
+                "split": split,
+                "index": index,
+                "difficulty": _plain(metadata.get("difficulty", {})),
+            },
+        )
+
+
+class ReasoningGymEnv(Environment):
+    """Base of the family: one generator's tasks, one assistant turn, the generator's own scorer.
+
+    Subclasses set `generator` (and `name`); `make_environment()` builds them.
+    """
+
+    generator: ClassVar[str] = ""
+    level: ClassVar[int] = 0
+    split_sizes: ClassVar[dict[str, int]] = SPLIT_SIZES
+    strict_containment: ClassVar[bool] = True
+    multi_turn = False
+    max_turns = 1
+    system_prompt = SYSTEM_PROMPT
+
+    async def on_assistant(
+        self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int
+    ) -> list[dict[str, Any]]:
+        """The first assistant message is the answer, whatever it holds: there are no tools."""
+        self.finish("answered")
+        return []
+
+    @classmethod
+    def dataset(cls) -> Dataset:
+        return cls.rg_dataset()
+
+    @classmethod
+    def rg_dataset(cls) -> ReasoningGymDataset:
+        cached = cls.__dict__.get("_rg_dataset")
+        if not isinstance(cached, ReasoningGymDataset):
+            cached = ReasoningGymDataset(cls.generator, cls.level, cls.split_sizes)
+            cls._rg_dataset = cached  # type: ignore[attr-defined]
+        return cached
+
+    @classmethod
+    def resolved_verifier_version(cls) -> str:
+        """A hash of this module (extraction and rules) and the generator's scorer source."""
+        if cls.verifier_version:
+            return cls.verifier_version
+        return content_hash([Path(__file__), *cls.rg_dataset().files()])
+
+    async def verify(self) -> VerifyResult:
+        response = self.final_answer()
+        components = {"correct": 0.0, "extracted": 0.0, "format": 0.0, "hedged": 0.0}
+        info: dict[str, Any] = {"generator": self.generator, "level": self.task.metadata.get("level")}
+        if len(response) > MAX_TEXT_CHARS:
+            return _result(0.0, components, info, f"response longer than {MAX_TEXT_CHARS} characters")
+        tagged = [answer for answer in extract_tagged(response) if answer]
+        candidates = _distinct(tagged) if tagged else final_answer(response).candidates
+        if not candidates:
+            return _result(0.0, components, info, "no answer found; put it in <answer></answer> tags")
+        components["extracted"] = 1.0
+        components["format"] = float(bool(tagged))
+        if len(candidates) > 1:
+            components["hedged"] = 1.0
+            shown = ", ".join(repr(c[:20]) for c in candidates[:MAX_CANDIDATES])
+            return _result(0.0, components, info, f"hedged: {len(candidates)} different answers ({shown})")
+        answer = candidates[0]
+        info["answer"] = answer[:SHOWN_ANSWER_CHARS]
+        limit = max(MAX_ANSWER_CHARS, 4 * len(str(_reference(self.task))))
+        if len(answer) > limit:
+            return _result(0.0, components, info, f"answer longer than {limit} characters; refused unscored")
+        return self._score(answer, components, info)
+
+    def _score(self, answer: str, components: dict[str, float], info: dict[str, Any]) -> VerifyResult:
+        dataset = self.rg_dataset()
+        entry = dataset.entry(self.task)
+        generated = entry is not None
+        if entry is None:  # an ad-hoc task: its answer carries the reference (and metadata) itself
+            reference = self.task.answer
+            if isinstance(reference, Mapping):
+                entry = {"question": self.task.prompt, **reference}
+            else:
+                entry = {"question": self.task.prompt, "answer": str(reference), "metadata": {}}
+        try:
+            raw = float(dataset.scorer()(answer, entry))
+        except Exception as exc:
+            reason = f"reasoning-gym's scorer raised {type(exc).__name__} on this answer"
+            if generated:  # the model's answer broke the parser: an honest 0
+                return _result(0.0, components, info, reason)
+            return _result(0.0, components, info, reason + " (ad-hoc task)", failure="invalid_reference")
+        score = min(1.0, max(0.0, raw)) if raw == raw else 0.0  # NaN is no score
+        if self.strict_containment and 0.0 < score < 1.0 and _uses_default_scorer(self.generator):
+            info["containment_score"] = score
+            reason = "the answer only contains the reference among other text; scored 0 (strict)"
+            return _result(0.0, components, info, reason)
+        components["correct"] = score
+        verdict = "correct" if score >= 1.0 else "wrong" if score <= 0.0 else f"partly right ({score:.3g})"
+        return _result(score, components, info, f"{answer[:60]!r} is {verdict}")
+
+
+def _result(
+    reward: float,
+    components: dict[str, float],
+    info: dict[str, Any],
+    explanation: str,
+    failure: str | None = None,
+) -> VerifyResult:
+    return VerifyResult(
+        reward=reward,
+        components=dict(components),
+        info={**info, "explanation": explanation},
+        failure=failure,
+    )
+
+
+def _reference(task: Task) -> object:
+    answer = task.answer
+    return answer.get("answer", "") if isinstance(answer, Mapping) else answer
+
+
+def _distinct(answers: list[str]) -> tuple[str, ...]:
+    seen: dict[str, str] = {}
+    for answer in answers:
+        seen.setdefault(" ".join(answer.split()), answer)
+    return tuple(seen.values())
+
+
+@cache
+def _uses_default_scorer(generator: str) -> bool:
+    dataset_cls, _ = _rg().DATASETS[generator]
+    base = importlib.import_module("reasoning_gym.dataset").ProceduralDataset
+    return bool(dataset_cls.score_answer is base.score_answer)
+
+
+def make_environment(generator: str, *, level: int = 0) -> type[ReasoningGymEnv]:
+    """The environment class of one generator; level 0 is named `reasoning_gym/<generator>`, others
+    `reasoning_gym/<generator>-l<level>`.
+
+    Raises:
+        ValueError: an unknown generator or a negative level.
+    """
+    if generator not in GENERATORS:
+        raise ValueError(f"{generator!r} is not one of the curated generators: {', '.join(GENERATORS)}")
+    if level < 0:
+        raise ValueError("level must be >= 0")
+    suffix = "" if level == 0 else f"-l{level}"
+    namespace: dict[str, Any] = {
+        "__module__": __name__,
+        "__qualname__": f"ReasoningGym_{generator}{suffix.replace('-', '_')}",
+        "__doc__": f"reasoning-gym's {generator} generator at curriculum level {level}.",
+        "name": f"reasoning_gym/{generator}{suffix}",
+        "description": f"{GENERATORS[generator]} (reasoning-gym, level {level}; answer in <answer> tags)",
+        "generator": generator,
+        "level": level,
+    }
+    return type(namespace["__qualname__"], (ReasoningGymEnv,), namespace)
+
+
+def environments() -> list[type[ReasoningGymEnv]]:
+    """The entry point: one class per curated generator at level 0, or none without reasoning-gym."""
+    if not _installed():
+        log.info("reasoning-gym is not installed; the reasoning_gym/* environments are not offered")
+        return []
+    return [_level_zero(generator) for generator in GENERATORS]
+
+
+def _installed() -> bool:
+    return importlib.util.find_spec("reasoning_gym") is not None
+
+
+@cache
+def _level_zero(generator: str) -> type[ReasoningGymEnv]:
+    """One class per generator per process, so repeated discovery registers the same classes."""
+    return make_environment(generator)
