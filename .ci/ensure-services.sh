@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make sure the services the tests use answer on loopback: PostgreSQL (and, once the sandbox work lands,
-# the Docker engine and the sandbox image via setup-sandbox.sh). Idempotent; prints what it did.
+# Make sure the services the tests use answer: PostgreSQL on loopback, and (through setup-sandbox.sh) the
+# Docker engine without a bridge network, bubblewrap, and the sandbox image built offline. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +11,4 @@ if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
 fi
 pg_isready -h 127.0.0.1 -p 5432
 
-if [ -f .ci/setup-sandbox.sh ]; then
-  bash .ci/setup-sandbox.sh
-fi
+bash .ci/setup-sandbox.sh

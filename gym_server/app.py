@@ -15,6 +15,7 @@ from gym_server import __version__
 from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.routers import environments, health, rollouts, sessions, verify
+from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
 from gym_server.sessions.reaper import Reaper
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
             closed = await manager.shutdown()
             if closed:
                 log.warning("server stopping: %d live sessions recorded as lost", closed)
+            await sandbox_runtime.shutdown()  # the sandboxes environments started lazily, if any
             await store.stop()
 
     app = FastAPI(

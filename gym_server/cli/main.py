@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gym_server.cli import db, envs, export, play, rescore, scaffold, serve, verifiers
+from gym_server.cli import db, envs, export, play, rescore, sandbox, scaffold, serve, verifiers
 
 app = typer.Typer(
     name="gym-server",
@@ -20,6 +20,7 @@ app.command("init")(scaffold.init)
 app.add_typer(db.app, name="db")
 app.command()(export.export)
 app.add_typer(verifiers.app, name="verifiers")
+app.add_typer(sandbox.app, name="sandbox")
 app.command()(rescore.reverify)
 app.command()(rescore.audit)
 

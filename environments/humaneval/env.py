@@ -1,0 +1,84 @@
+"""The `humaneval` environment: write a Python function, scored by HumanEval's own unit tests.
+
+One assistant turn. The reply's last ```python block (or the whole reply) is the program: a complete
+function replaces the prompt's stub, a bare body continues the prompt as in the original benchmark. The
+program runs in a sandbox from the shared warm pool under the code verifier (`verifiers/code.py`): the
+task's `check(candidate)` runs in a trusted harness, the candidate in its own process, so exiting
+early, printing "PASS", returning always-equal objects or patching the checker all score 0.
+
+| component | value |
+|---|---|
+| `pass_rate` | 1.0 when `check(candidate)` passed, else 0.0; **the reward** (all-or-nothing per task) |
+| `compiled` | 1.0 when the assembled program compiled |
+
+A failure is reported (and must not be trained on) only when no sandbox could run the code
+(`sandbox_error`) or a task's own test code is broken (`invalid_reference`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gym_server.sandbox.runtime import sandbox_pool
+from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.registry import content_hash
+from gym_server.verifiers import code as code_verifier
+from gym_server.verifiers.code import extract_code, verify_code
+
+__all__ = ["SYSTEM_PROMPT", "HumanEvalEnv", "assemble"]
+
+SYSTEM_PROMPT = "You are an expert Python programmer. Answer with code in a single ```python block."
+
+
+def assemble(answer: dict[str, Any], completion: str) -> str:
+    """The program to test: the prompt plus the model's function (or plus its body, HumanEval style)."""
+    code = extract_code(completion)
+    entry_point = re.escape(str(answer["entry_point"]))
+    if re.search(rf"^\s*def\s+{entry_point}\s*\(", code, re.MULTILINE):
+        return f"{answer['prompt']}\n\n{code}"
+    return f"{answer['prompt']}{code}"
+
+
+class HumanEvalEnv(Environment):
+    """HumanEval's 164 problems (OpenAI, MIT licence), single turn, reward 1.0 when all tests pass."""
+
+    name = "humaneval"
+    description = (
+        "Complete a Python function from its docstring; scored by HumanEval's unit tests in a sandbox."
+    )
+    multi_turn = False
+    max_turns = 1
+    system_prompt = SYSTEM_PROMPT
+    verifier_version = content_hash(
+        [
+            Path(__file__),
+            Path(str(code_verifier.__file__)),
+            Path(str(code_verifier.__file__)).with_name("_code_harness.py"),
+        ]
+    )
+    verify_timeout_s: ClassVar[float] = 20.0
+    call_timeout_s: ClassVar[float] = 10.0
+
+    async def on_assistant(
+        self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int
+    ) -> list[dict[str, Any]]:
+        """The first assistant message is the answer: the episode ends."""
+        self.finish("answered")
+        return []
+
+    async def verify(self) -> VerifyResult:
+        answer = self.task.answer
+        program = assemble(answer, self.final_answer())
+        result = await verify_code(
+            program,
+            ["check(candidate)"],
+            entry_point=str(answer["entry_point"]),
+            setup=f"{answer['prompt']}\n{answer['test']}",
+            mode="all",
+            timeout_s=self.verify_timeout_s,
+            call_timeout_s=self.call_timeout_s,
+            runner=await sandbox_pool(),
+        )
+        return result.to_verify_result(info={"program_chars": len(program)})

@@ -1,0 +1,1 @@
+"""The `python_repl` environment: a persistent Python interpreter per session, inside a sandbox."""

@@ -1,0 +1,116 @@
+"""The `python_repl` environment: answer a question by running Python in a persistent interpreter.
+
+Multi-turn. The model calls `run_python(code)` as often as it likes; variables, imports and files
+persist for the whole episode, in one interpreter that lives in the session's own sandbox (started on
+the first call, with the task's data files in its work dir, closed with the session). A cell that runs
+past `cell_timeout_s` is stopped and the interpreter restarted (the tool message says so); so is one
+that kills the interpreter. The episode ends with `submit_answer(answer)`, or with a plain assistant
+message, which then counts as the answer.
+
+Components: the reward is the verifier's score (1.0 when the answer matches: integers exactly, decimals
+within the task's tolerance, names after text normalization); `submitted` is 1.0 when the answer came
+through `submit_answer`; `tool_calls` is the share of the turn budget spent on `run_python` (0..1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gym_server.environments.python_repl.repl import PythonSession
+from gym_server.errors import SandboxUnavailable
+from gym_server.sandbox.protocol import Limits, Sandbox
+from gym_server.sandbox.runtime import start_sandbox
+from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tools import ToolError, tool
+from gym_server.verifiers.numeric import numeric_match
+from gym_server.verifiers.result import VerifierResult
+from gym_server.verifiers.text import normalized_match
+
+__all__ = ["SYSTEM_PROMPT", "PythonReplEnv", "score_answer"]
+
+SYSTEM_PROMPT = (
+    "You can run Python 3 code with the `run_python` tool. The interpreter keeps its state between calls, "
+    "like a notebook, and its working directory holds the task's files; it has no network and no packages "
+    "beyond the standard library. Work out the answer with code, then call `submit_answer` with the final "
+    "answer only."
+)
+
+
+def score_answer(answer: Any, submitted: str) -> VerifierResult:
+    """Compare a submitted answer with a task's `{"value", "kind", "tolerance"}` reference."""
+    kind = answer.get("kind", "text")
+    if kind in ("int", "float"):
+        tolerance = float(answer.get("tolerance", 0.0))
+        return numeric_match(submitted, str(answer["value"]), abs_tol=tolerance, rel_tol=0.0)
+    return normalized_match(submitted, str(answer["value"]))
+
+
+class PythonReplEnv(Environment):
+    """Data analysis over small CSV files and numeric puzzles, solved in a sandboxed Python session."""
+
+    name = "python_repl"
+    description = "Answer questions by running Python in a persistent, sandboxed interpreter (run_python)."
+    multi_turn = True
+    max_turns = 16
+    system_prompt = SYSTEM_PROMPT
+    verifier_version = content_hash([Path(__file__)])
+    cell_timeout_s: ClassVar[float] = 10.0
+    limits: ClassVar[Limits] = Limits(timeout_s=30, memory_mb=512, pids=64, disk_mb=64)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sandbox: Sandbox | None = None
+        self.session: PythonSession | None = None
+        self.submitted: str | None = None
+        self.cells = 0
+
+    async def _python(self) -> PythonSession:
+        if self.session is None:
+            self.sandbox = await start_sandbox(self.limits, session_id=self.task.id)
+            for name, text in (self.task.metadata.get("files") or {}).items():
+                await self.sandbox.put_file(name, text)
+            self.session = PythonSession(self.sandbox)
+        return self.session
+
+    @tool
+    async def run_python(self, code: str) -> str:
+        """Run Python code in the persistent interpreter and return what it printed.
+
+        Args:
+            code: Python source; a final bare expression is echoed like in a notebook.
+        """
+        self.cells += 1
+        try:
+            session = await self._python()
+            return await session.run(code, self.cell_timeout_s)
+        except SandboxUnavailable as exc:
+            raise ToolError(f"the Python sandbox is unavailable: {exc.detail}") from exc
+
+    @tool
+    async def submit_answer(self, answer: str) -> str:
+        """Submit the final answer and end the episode.
+
+        Args:
+            answer: the answer alone, e.g. `42`, `3.14` or `north`.
+        """
+        self.submitted = answer
+        self.finish("submitted")
+        return "Answer recorded."
+
+    async def verify(self) -> VerifyResult:
+        through_tool = self.submitted is not None
+        response = self.submitted if self.submitted is not None else self.final_answer()
+        result = score_answer(self.task.answer, response)
+        budget = self.max_turns or 16
+        return result.to_verify_result(
+            components={"submitted": float(through_tool), "tool_calls": min(1.0, self.cells / budget)},
+            info={"answer": response[:200], "cells": self.cells},
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        if self.sandbox is not None:
+            await self.sandbox.close()

@@ -1,0 +1,117 @@
+"""What only the local backends do: namespaces, per-sandbox uid and cgroup, reaping, the unsafe runner."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gym_server.errors import SandboxUnavailable
+from gym_server.sandbox.bubblewrap import BubblewrapBackend
+from gym_server.sandbox.protocol import Limits
+from gym_server.sandbox.unsafe import UnsafeBackend
+
+pytestmark = pytest.mark.bwrap
+
+
+async def test_namespaces_uid_and_limits(bwrap_backend: BubblewrapBackend) -> None:
+    box = await bwrap_backend.start(Limits(memory_mb=128, pids=20, timeout_s=5))
+    try:
+        result = await box.exec("hostname; cat /proc/self/uid_map; ls /proc | grep -c '^[0-9]'; ulimit -c")
+        lines = result.text().splitlines()
+        assert lines[0] == "sandbox"
+        assert lines[1].split()[0] == "65534"  # only the sandbox user exists in its user namespace
+        assert int(lines[2]) <= 4  # its own processes only (init, shell, ls, grep)
+        assert lines[3] == "0"  # no core dumps
+        if bwrap_backend.is_root:
+            assert box.uid is not None and box.uid >= BubblewrapBackend.UID_BASE
+    finally:
+        await box.close()
+
+
+async def test_cgroup_limits_when_root(bwrap_backend: BubblewrapBackend) -> None:
+    box = await bwrap_backend.start(Limits(memory_mb=96, pids=12, cpus=0.5, timeout_s=5))
+    try:
+        if box.cgroup is None:
+            pytest.skip("no writable cgroup hierarchy here; rlimits only")
+        memory = box.cgroup.dirs.get("memory") or box.cgroup.dirs[""]
+        limit_file = "memory.limit_in_bytes" if box.cgroup.version == 1 else "memory.max"
+        assert int((memory / limit_file).read_text()) == 96 * 1024 * 1024
+        spawn = "import threading, time\nfor _ in range(30):\n"
+        spawn += "    threading.Thread(target=time.sleep, args=(1,)).start()"
+        threads = await box.exec(["python3", "-c", spawn])
+        assert threads.exit_code != 0 and b"can't start new thread" in threads.stderr
+    finally:
+        await box.close()
+
+
+def _dead_server(server_name: str) -> Path:
+    """Run a server process that starts a sandbox and dies without closing it; returns its folder."""
+    code = (
+        "import asyncio, os\n"
+        "from gym_server.sandbox.bubblewrap import BubblewrapBackend\n"
+        "async def main():\n"
+        f"    backend = BubblewrapBackend(server_name={server_name!r})\n"
+        "    await backend.start()\n"
+        "    print(backend.instance_dir, flush=True)\n"
+        "    os._exit(0)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    folder = Path(done.stdout.strip())
+    assert folder.is_dir()
+    return folder
+
+
+def _traces(folder: Path) -> list[str]:
+    found = [str(folder)] if folder.exists() else []
+    found += [line for line in Path("/proc/self/mounts").read_text().splitlines() if str(folder) in line]
+    cgroups = Path("/sys/fs/cgroup/pids/gym-sandbox")
+    if cgroups.is_dir():
+        found += [p.name for p in cgroups.iterdir() if p.name.startswith(folder.name)]
+    return found
+
+
+async def test_reap_removes_a_dead_servers_sandboxes(bwrap_backend: BubblewrapBackend) -> None:
+    dead = await asyncio.to_thread(_dead_server, bwrap_backend.server_name)
+    assert await bwrap_backend.reap() == 1
+    assert await asyncio.to_thread(_traces, dead) == []
+
+
+async def test_reap_spares_live_servers(bwrap_backend: BubblewrapBackend) -> None:
+    other = BubblewrapBackend(server_name=bwrap_backend.server_name + "-other")
+    box = await other.start()
+    try:
+        assert await bwrap_backend.reap() == 0
+        assert (await box.exec("true")).ok
+    finally:
+        await other.aclose()
+
+
+async def test_missing_bwrap_is_a_clear_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda *args, **kwargs: None)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        await BubblewrapBackend(server_name="no-bwrap").check()
+
+
+async def test_unsafe_backend_warns_loudly_and_still_limits(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    backend = UnsafeBackend(server_name="unsafe-test")
+    box = await backend.start(Limits(timeout_s=2, output_bytes=10))
+    try:
+        assert any("unsafe-no-sandbox" in r.getMessage() for r in caplog.records)
+        result = await box.exec("echo 0123456789abcdef; pwd", files={"f.txt": "x"})
+        assert result.stdout_truncated and result.stdout == b"0123456789"
+        timed = await box.exec("sleep 10")
+        assert timed.timed_out and timed.duration_s < 9
+        assert await box.get_file("f.txt") == b"x"
+        env = await box.exec("env")
+        assert b"GYM_" not in env.stdout
+    finally:
+        await backend.aclose()
