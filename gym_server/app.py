@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from gym_server import __version__
 from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
-from gym_server.api.routers import environments, health, rollouts, sessions, verify
+from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
-    for module in (environments, sessions, verify, rollouts, health):
+    for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
     app.router.routes[:0] = sessions.fast_routes()
     return app

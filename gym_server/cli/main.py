@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from gym_server.cli import db, envs, export, play, rescore, sandbox, scaffold, serve, verifiers
+from gym_server.cli import (
+    db,
+    demo,
+    envs,
+    export,
+    play,
+    policy,
+    rescore,
+    rollouts,
+    sandbox,
+    scaffold,
+    serve,
+    verifiers,
+)
 
 app = typer.Typer(
     name="gym-server",
@@ -21,6 +34,10 @@ app.add_typer(db.app, name="db")
 app.command()(export.export)
 app.add_typer(verifiers.app, name="verifiers")
 app.add_typer(sandbox.app, name="sandbox")
+app.add_typer(policy.app, name="policy")
+app.command("eval")(rollouts.evaluate)
+app.command("rollout")(rollouts.rollout)
+app.command()(demo.demo)
 app.command()(rescore.reverify)
 app.command()(rescore.audit)
 

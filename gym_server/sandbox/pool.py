@@ -110,7 +110,8 @@ class SandboxPool:
             not self._closed and not sandbox.closed and uses < self.max_uses and len(self._idle) < self.size
         )
         if keep:
-            keep = await sandbox.scrub()
+            # Re-check after the await: concurrent returns all saw room before any of them scrubbed.
+            keep = await sandbox.scrub() and not self._closed and len(self._idle) < self.size
         if keep:
             self._uses[sandbox.id] = uses
             self._idle.append(sandbox)

@@ -248,14 +248,19 @@ class SessionManager:
         session.verified, session.verified_at_len, session.dirty = result, len(session.env.messages), True
         return result
 
-    async def close(self, session_id: str) -> None:
-        """Close a session; closing an already closed or expired one is a no-op (idempotent DELETE)."""
+    async def close(self, session_id: str, failure: str | None = None) -> None:
+        """Close a session; closing an already closed or expired one is a no-op (idempotent DELETE).
+
+        `failure` is the client's reason for giving up (e.g. `policy_error`): the episode is then stored
+        as failed with that class, unless the server already recorded one.
+        """
         session = self._live.get(session_id)
         if session is None:
             if session_id in self._gone:
                 return
             raise SessionNotFound(session_id)
         async with session.lock:
+            session.failure = session.failure or failure
             done = session.env.done
             status = (
                 TrajectoryStatus.COMPLETED if done and not session.failure else TrajectoryStatus.ABANDONED

@@ -226,3 +226,13 @@ async def test_a_hung_tool_ends_the_episode_as_an_environment_error(app_factory:
         await gym.client.delete(f"/v1/sessions/{sid}")
         stored = await wait_for_rollout(gym.client, sid, "failed")
         assert stored["failure"] == "env_error"
+
+
+async def test_a_client_can_close_with_a_policy_failure(gym: AppHarness) -> None:
+    session = await open_counter(gym.client)
+    sid = session["session_id"]
+    assert (await gym.client.delete(f"/v1/sessions/{sid}?failure=policy_timeout")).status_code == 204
+    stored = await wait_for_rollout(gym.client, sid, "failed")
+    assert stored["failure"] == "policy_timeout"
+    bad = await gym.client.delete(f"/v1/sessions/{sid}?failure=whatever")
+    assert bad.status_code == 422

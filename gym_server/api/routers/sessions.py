@@ -6,10 +6,10 @@ and answers with pre-serialized JSON.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 from starlette.routing import Route
 
 from gym_server.api.deps import ManagerDep, StoreDep
@@ -139,8 +139,15 @@ async def get_session(session_id: str, manager: ManagerDep, store: StoreDep) -> 
 @router.delete(
     "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, summary="Close (idempotent)", responses=_ERRORS
 )
-async def close_session(session_id: str, manager: ManagerDep) -> Response:
-    await manager.close(session_id)
+async def close_session(
+    session_id: str,
+    manager: ManagerDep,
+    failure: Annotated[
+        Literal["policy_error", "policy_timeout"] | None,
+        Query(description="why the client gave up: the trajectory is stored as failed with this class"),
+    ] = None,
+) -> Response:
+    await manager.close(session_id, failure=failure)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

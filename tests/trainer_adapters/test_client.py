@@ -1,0 +1,253 @@
+"""The gym client: retries only where safe, bounded, honouring Retry-After; 1,000 sessions at once.
+
+Unit tests drive it over `httpx.MockTransport`; the capacity and concurrency tests use a real
+`gym-server serve` process on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ServerProcess
+from gymtest import call
+
+from gym_server.trainer_adapters.client import (
+    GymAPIError,
+    GymClient,
+    GymTransportError,
+    GymUnavailable,
+    RetryPolicy,
+    SyncGymClient,
+    _retry_after,
+)
+
+FAST = RetryPolicy(attempts=4, backoff_s=0.001, max_backoff_s=0.01, max_retry_after_s=0.05)
+CREATED = {
+    "session_id": "s1",
+    "env": "counter",
+    "env_version": "v",
+    "task_id": "counter-0000",
+    "seed": 0,
+    "messages": [],
+    "tools": [],
+    "max_turns": 32,
+    "expires_at": "",
+}
+
+
+def mock(handler: Callable[[httpx.Request], httpx.Response]) -> GymClient:
+    return GymClient("http://gym.test", retry=FAST, transport=httpx.MockTransport(handler))
+
+
+async def test_429_is_retried_after_retry_after_then_succeeds() -> None:
+    seen: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(time.monotonic())
+        if len(seen) < 3:
+            return httpx.Response(429, headers={"Retry-After": "0.02"}, json={"detail": "at capacity"})
+        return httpx.Response(201, json=CREATED)
+
+    async with mock(handler) as gym:
+        session = await gym.create_session("counter", task_id="counter-0000")
+    assert session.session_id == "s1"
+    assert len(seen) == 3
+    assert gym.retries == 2
+    assert seen[1] - seen[0] >= 0.015  # waited for Retry-After (capped at 0.05 by the policy)
+
+
+async def test_retries_are_bounded_and_raise_unavailable() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(503, json={"type": "about:blank/unavailable", "detail": "db down"})
+
+    async with mock(handler) as gym:
+        with pytest.raises(GymUnavailable) as info:
+            await gym.list_environments()
+    assert calls == FAST.attempts
+    assert info.value.status == 503
+    assert info.value.detail == "db down"
+
+
+async def test_other_errors_are_not_retried() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(409, json={"type": "https://gym/problems/session-finished", "detail": "done"})
+
+    async with mock(handler) as gym:
+        with pytest.raises(GymAPIError) as info:
+            await gym.step("s1", {"role": "assistant", "content": "x"})
+    assert calls == 1
+    assert info.value.slug == "session-finished"
+    assert not isinstance(info.value, GymUnavailable)
+
+
+async def test_connect_errors_are_retried_but_a_step_that_may_have_landed_is_not() -> None:
+    attempts: dict[str, int] = {"connect": 0, "read": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/verify"):
+            attempts["connect"] += 1
+            if attempts["connect"] < 3:
+                raise httpx.ConnectError("refused", request=request)
+            return httpx.Response(200, json={"reward": 1.0, "components": {"a": 1}})
+        attempts["read"] += 1
+        raise httpx.ReadTimeout("slow", request=request)
+
+    async with mock(handler) as gym:
+        score = await gym.verify("s1")
+        assert score.reward == 1.0 and score.components == {"a": 1.0}
+        with pytest.raises(GymTransportError):
+            await gym.step("s1", {"role": "assistant", "content": "x"})
+    assert attempts == {"connect": 3, "read": 1}
+
+
+async def test_idempotent_calls_survive_a_dropped_connection() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise httpx.RemoteProtocolError("dropped", request=request)
+        return httpx.Response(204)
+
+    async with mock(handler) as gym:
+        await gym.close("s1")
+    assert calls == 2
+
+
+async def test_sessions_stay_on_the_replica_that_created_them() -> None:
+    hosts: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append((request.url.host, request.url.path))
+        if request.method == "POST" and request.url.path == "/v1/sessions":
+            return httpx.Response(201, json={**CREATED, "session_id": f"id-{request.url.host}"})
+        return httpx.Response(200, json={"messages": [], "done": False, "reward": None, "info": {}})
+
+    gym = GymClient(["http://a", "http://b"], retry=FAST, transport=httpx.MockTransport(handler))
+    async with gym:
+        first = await gym.create_session("counter", task_id="t")
+        second = await gym.create_session("counter", task_id="t")
+        await gym.step(second.session_id, {"role": "assistant", "content": "x"})
+        await gym.step(first.session_id, {"role": "assistant", "content": "x"})
+    assert [h for h, _ in hosts] == ["a", "b", "b", "a"]
+
+
+def test_retry_after_reads_seconds_and_http_dates() -> None:
+    assert _retry_after(httpx.Response(429, headers={"Retry-After": "3"})) == 3.0
+    assert _retry_after(httpx.Response(429)) is None
+    assert _retry_after(httpx.Response(429, headers={"Retry-After": "soon"})) is None
+    past = _retry_after(httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}))
+    assert past == 0.0
+
+
+def test_backoff_is_capped() -> None:
+    policy = RetryPolicy(backoff_s=1.0, max_backoff_s=2.0, max_retry_after_s=5.0)
+    assert all(policy.delay(attempt, None) <= 2.0 for attempt in range(20))
+    assert policy.delay(0, 3600.0) == 5.0
+
+
+# -- against a real server process -----------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'gym.db'}"
+
+
+@pytest.mark.slow
+async def test_a_thousand_concurrent_sessions(
+    server_factory: Callable[..., ServerProcess], sqlite_url: str
+) -> None:
+    server = server_factory(sqlite_url, GYM_SESSIONS__MAX_SESSIONS="1200", GYM_LOG_LEVEL="warning")
+    server.start()
+    n = 1000
+    async with GymClient(server.url, max_connections=64) as gym:
+        started = time.monotonic()
+        # All 1,000 open at once: created concurrently, each stepped, then all closed.
+        sessions = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    gym.create_session("counter", task_id=f"counter-{i % 50:04d}", seed=i, run="load")
+                    for i in range(n)
+                )
+            ),
+            timeout=180,
+        )
+        assert len({s.session_id for s in sessions}) == n
+        replies = await asyncio.wait_for(
+            asyncio.gather(*(gym.step(s.session_id, call("read")) for s in sessions)), timeout=180
+        )
+        assert all(reply.messages[0]["role"] == "tool" for reply in replies)
+        assert (await gym.request("GET", "/readyz")).json()["live_sessions"] == n
+        await asyncio.wait_for(asyncio.gather(*(gym.close(s.session_id) for s in sessions)), timeout=180)
+        elapsed = time.monotonic() - started
+        assert (await gym.request("GET", "/readyz")).json()["live_sessions"] == 0
+    assert elapsed < 180
+
+
+@pytest.mark.slow
+async def test_capacity_429_waits_for_a_free_slot(
+    server_factory: Callable[..., ServerProcess], sqlite_url: str
+) -> None:
+    server = server_factory(
+        sqlite_url, GYM_SESSIONS__MAX_SESSIONS="3", GYM_SESSIONS__RETRY_AFTER_S="1", GYM_LOG_LEVEL="warning"
+    )
+    server.start()
+    patient = RetryPolicy(attempts=5, backoff_s=0.05, max_retry_after_s=0.2)
+    async with GymClient(server.url, retry=patient) as gym:
+        held = [await gym.create_session("counter", task_id="counter-0000") for _ in range(3)]
+        waiting = asyncio.create_task(gym.create_session("counter", task_id="counter-0001"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # refused with 429, retrying
+        await gym.close(held[0].session_id)
+        late = await asyncio.wait_for(waiting, timeout=10)
+        assert late.task_id == "counter-0001"
+        assert gym.retries >= 1
+
+    impatient = RetryPolicy(attempts=2, backoff_s=0.01, max_retry_after_s=0.01)
+    async with GymClient(server.url, retry=impatient) as gym:
+        with pytest.raises(GymUnavailable) as info:
+            await gym.create_session("counter", task_id="counter-0000")
+    assert info.value.status == 429
+
+
+@pytest.mark.slow
+def test_sync_client_plays_an_episode(server_factory: Callable[..., ServerProcess], sqlite_url: str) -> None:
+    server = server_factory(sqlite_url, GYM_LOG_LEVEL="warning")
+    server.start()
+    with SyncGymClient(server.url) as gym:
+        names = [env.name for env in gym.list_environments()]
+        assert "counter" in names
+        page = gym.tasks("counter", split="validation", limit=2)
+        assert len(page["tasks"]) == 2 and "answer" not in page["tasks"][0]
+        session = gym.create_session("counter", task_id="counter-0000", seed=0, run="sync")
+        reply = gym.step(session.session_id, call("read"), turn_data={"completion_ids": [1, 2]})
+        assert reply.messages[0]["role"] == "tool"
+        finished = gym.step(session.session_id, call("submit"))
+        assert finished.done and finished.reward is not None
+        gym.close(session.session_id)
+        gym.close(session.session_id)  # idempotent
+        stored: dict[str, Any] = {}
+        for _ in range(100):
+            stored = gym.get_rollout(session.session_id)
+            if stored["status"] != "live":
+                break
+            time.sleep(0.05)
+        assert stored["turns"] == [{"completion_ids": [1, 2]}]
+        score = gym.verify_stateless("math", task_id="math-00000", completion="\\boxed{0}")
+        assert 0.0 <= score.reward <= 1.0

@@ -1,0 +1,254 @@
+"""The rollout driver's token invariants, endings and failure classes, against an in-process gym.
+
+A scripted sampler makes every sampled token known, so the tests can check exactly: one logprob per
+completion token, env_mask zero exactly on environment tokens, and prompt + completion decoding to the
+chat template's rendering of the stored transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from gym_server.trainer_adapters.chat import ChatRenderer
+from gym_server.trainer_adapters.client import GymClient
+from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
+from gym_server.trainer_adapters.samplers.base import (
+    ChatSample,
+    PolicyError,
+    PolicyTimeout,
+    SamplingParams,
+    TokenSample,
+)
+from gym_server.trainer_adapters.toolcalls import render_tool_call
+
+
+def counter_start(task_id: str, seed: int) -> int:
+    """The counter's seeded start value, as its environment draws it."""
+    import random
+
+    return random.Random(f"{task_id}\x00{seed}").randint(0, 20)
+
+
+def assert_token_invariants(rollout: Rollout, renderer: ChatRenderer) -> None:
+    assert len(rollout.logprobs) == len(rollout.completion_ids) == len(rollout.env_mask)
+    assert set(rollout.env_mask) <= {0, 1}
+    assert all(lp == 0.0 for lp, m in zip(rollout.logprobs, rollout.env_mask, strict=True) if m == 0)
+    # Model spans decode to the sampled turns; environment spans to the template's deltas of the replies.
+    spans: list[tuple[int, list[int]]] = []
+    for token, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
+        if spans and spans[-1][0] == mask:
+            spans[-1][1].append(token)
+        else:
+            spans.append((mask, [token]))
+    model_spans = [renderer.decode(ids) for mask, ids in spans if mask == 1]
+    assert model_spans == rollout.turn_texts
+    replies = _replies_after_each_turn(rollout.transcript)
+    env_spans = [renderer.decode(ids) for mask, ids in spans if mask == 0]
+    assert env_spans == [renderer.render_delta(r).text for r in replies[: len(env_spans)]]
+
+
+def _replies_after_each_turn(transcript: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    groups: list[list[dict[str, Any]]] = []
+    for message in transcript:
+        if message["role"] == "assistant":
+            groups.append([])
+        elif groups:
+            groups[-1].append(message)
+    return groups
+
+
+def driver(gym: GymClient, sampler: Any, renderer: ChatRenderer, **config: Any) -> RolloutDriver:
+    return RolloutDriver(gym, sampler, renderer, DriverConfig(run="driver-test", **config))
+
+
+async def test_a_solved_counter_episode_is_token_exact(
+    gym_client: GymClient, tiny_tokenizer: Any, renderer: ChatRenderer, scripted: Any
+) -> None:
+    start = counter_start("counter-0000", 3)
+    target = 26
+    script = [
+        render_tool_call("read", {}),
+        render_tool_call("add", {"amount": 10}),
+        render_tool_call("add", {"amount": target - start - 10}),
+        render_tool_call("submit", {}),
+    ]
+    sampler = scripted(tiny_tokenizer, script)
+    rollout = await driver(gym_client, sampler, renderer).run_episode(
+        EpisodeSpec("counter", "counter-0000", seed=3)
+    )
+    assert rollout.stop_reason == "done" and rollout.failure is None
+    assert rollout.reward == 1.0 and rollout.components["reached"] == 1.0
+    assert rollout.num_turns == 4 and rollout.parse_errors == 0
+    assert_token_invariants(rollout, renderer)
+    assert rollout.completion_ids[-1] == tiny_tokenizer.eos_token_id  # ends on the model's EOS
+    assert rollout.env_mask.count(1) == sum(len(tiny_tokenizer.encode(t)) + 1 for t in script)
+    # Each sample saw exactly the tokens so far: the prompt is rendered once and only extended.
+    for earlier, later in zip(sampler.prompts, sampler.prompts[1:], strict=False):
+        assert later[: len(earlier)] == earlier
+    assert sampler.prompts[0] == rollout.prompt_ids
+    # Canonical tool calls: the tokens decode to the template's rendering of the whole transcript.
+    rendered = tiny_tokenizer.apply_chat_template(
+        rollout.transcript[:-1], tools=rollout.tools, tokenize=False
+    )
+    assert renderer.decode(rollout.prompt_ids + rollout.completion_ids) == rendered.removesuffix("\n")
+
+    stored = await gym_client.wait_for_rollout(rollout.session_id or "")
+    assert stored["status"] == "completed" and stored["reward"] == 1.0
+    assert stored["policy"]["model"] == "scripted" and stored["policy"]["sampling"]["temperature"] == 1.0
+    turns = stored["turns"]
+    assert [t["turn"] for t in turns] == [0, 1, 2, 3]
+    assert turns[0]["prompt_ids"] == rollout.prompt_ids
+    rebuilt = [tok for t in turns for tok in t["env_ids"] + t["completion_ids"]]
+    assert rebuilt == rollout.completion_ids
+    assert [lp for t in turns for lp in t["logprobs"]] == [-0.5] * rollout.env_mask.count(1)
+
+
+async def test_malformed_tool_call_goes_to_the_environment_as_text(
+    gym_client: GymClient, tiny_tokenizer: Any, renderer: ChatRenderer, scripted: Any
+) -> None:
+    sampler = scripted(tiny_tokenizer, ['<tool_call>{"name": "add", "arguments": {oops</tool_call>'])
+    rollout = await driver(gym_client, sampler, renderer).run_episode(EpisodeSpec("counter", "counter-0001"))
+    assert rollout.parse_errors == 1
+    assert rollout.stop_reason == "done" and rollout.failure is None  # a plain message ends the counter
+    assert rollout.reward == 0.0
+    assert rollout.transcript[-1]["content"].startswith("<tool_call>")
+    stored = await gym_client.wait_for_rollout(rollout.session_id or "")
+    assert "not JSON" in stored["turns"][0]["parse_error"]
+
+
+async def test_turn_and_token_budgets(
+    gym_client: GymClient, tiny_tokenizer: Any, renderer: ChatRenderer, scripted: Any
+) -> None:
+    reads = [render_tool_call("read", {})] * 5
+    capped = await driver(gym_client, scripted(tiny_tokenizer, reads), renderer, max_turns=2).run_episode(
+        EpisodeSpec("counter", "counter-0002")
+    )
+    assert capped.stop_reason == "max_turns" and capped.num_turns == 2
+    assert capped.reward == 0.0 and capped.failure is None
+    assert_token_invariants(capped, renderer)
+    assert capped.completion_ids[-1] == tiny_tokenizer.eos_token_id
+
+    # Endless output: the turn is cut at the budget, nothing is sent, the state is scored as it is.
+    endless = scripted(tiny_tokenizer, ["x" * 500], eos=False)
+    cut = await driver(gym_client, endless, renderer, max_completion_tokens=40).run_episode(
+        EpisodeSpec("counter", "counter-0002")
+    )
+    assert cut.stop_reason == "max_completion_tokens"
+    assert len(cut.completion_ids) == 40 and cut.num_turns == 1
+    assert cut.reward == 0.0
+    stored = await gym_client.wait_for_rollout(cut.session_id or "")
+    assert stored["status"] == "abandoned" and stored["num_turns"] == 0
+
+    # The budget also counts environment tokens: an episode stops before a reply that would not fit.
+    tight = await driver(
+        gym_client, scripted(tiny_tokenizer, reads), renderer, max_completion_tokens=30
+    ).run_episode(EpisodeSpec("counter", "counter-0002"))
+    assert tight.stop_reason == "max_completion_tokens" and len(tight.completion_ids) <= 30
+
+
+class BrokenSampler:
+    token_exact = True
+    weight_version: str | None = None
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": "broken"}
+
+    async def aclose(self) -> None:
+        return None
+
+    async def sample(
+        self, prompt_ids: Sequence[int], params: SamplingParams, stop_token_ids: Sequence[int]
+    ) -> TokenSample:
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", [PolicyError("garbage"), PolicyTimeout("slow")])
+async def test_policy_failures_become_failure_classes_with_no_reward(
+    gym_client: GymClient, renderer: ChatRenderer, exc: PolicyError
+) -> None:
+    rollout = await driver(gym_client, BrokenSampler(exc), renderer).run_episode(
+        EpisodeSpec("counter", "counter-0003")
+    )
+    assert rollout.failure == exc.failure == rollout.stop_reason
+    assert rollout.reward is None  # no signal, never a zero
+    stored = await gym_client.wait_for_rollout(rollout.session_id or "")
+    assert stored["status"] in ("abandoned", "failed")  # "failed" once the gym takes ?failure=
+    summary = summarize([rollout])
+    assert summary["failures"] == 1 and summary["scored"] == 0 and summary["mean_reward"] is None
+
+
+async def test_a_gym_error_mid_episode_is_recorded(
+    gym_client: GymClient, tiny_tokenizer: Any, renderer: ChatRenderer, scripted: Any
+) -> None:
+    class ClosingSampler(scripted):  # type: ignore[misc]
+        async def sample(
+            self, prompt_ids: Sequence[int], params: SamplingParams, stop_token_ids: Sequence[int]
+        ) -> TokenSample:
+            # The session disappears while the model thinks (reaped, or the server restarted).
+            manager = gym_client.app.state.manager  # type: ignore[attr-defined]
+            for session_id in list(manager._live):
+                await manager.close(session_id)
+            result: TokenSample = await super().sample(prompt_ids, params, stop_token_ids)
+            return result
+
+    sampler = ClosingSampler(tiny_tokenizer, [render_tool_call("read", {})])
+    rollout = await driver(gym_client, sampler, renderer).run_episode(EpisodeSpec("counter", "counter-0004"))
+    assert rollout.failure == "gym_error" and rollout.reward is None
+    assert "410" in (rollout.error or "")
+
+
+async def test_groups_share_task_and_seed_with_distinct_sampling_seeds(
+    gym_client: GymClient, tiny_tokenizer: Any, renderer: ChatRenderer, scripted: Any
+) -> None:
+    seeds: list[int | None] = []
+
+    class SeedRecorder(scripted):  # type: ignore[misc]
+        async def sample(
+            self, prompt_ids: Sequence[int], params: SamplingParams, stop_token_ids: Sequence[int]
+        ) -> TokenSample:
+            seeds.append(params.seed)
+            result: TokenSample = await super().sample(prompt_ids, params, stop_token_ids)
+            return result
+
+    sampler = SeedRecorder(tiny_tokenizer, [render_tool_call("submit", {})] * 4)
+    group = await driver(
+        gym_client, sampler, renderer, sampling=SamplingParams(max_tokens=64, seed=7)
+    ).run_group(EpisodeSpec("counter", "counter-0005", seed=11), 4)
+    assert {r.task_id for r in group} == {"counter-0005"} and {r.seed for r in group} == {11}
+    assert len({tuple(r.prompt_ids) for r in group}) == 1  # same start state, same prompt
+    assert len(set(seeds)) == 4
+    rewards = {r.reward for r in group}
+    assert len(rewards) == 1  # same start, same actions, same score
+    summary = summarize(group)
+    assert summary["episodes"] == 4 and summary["stop_reasons"] == {"done": 4}
+
+
+async def test_chat_samplers_are_refused_for_training(gym_client: GymClient, renderer: ChatRenderer) -> None:
+    class EchoChat:
+        token_exact = False
+        weight_version: str | None = None
+
+        def describe(self) -> dict[str, Any]:
+            return {"model": "echo"}
+
+        async def aclose(self) -> None:
+            return None
+
+        async def chat(
+            self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], params: SamplingParams
+        ) -> ChatSample:
+            await asyncio.sleep(0)
+            return ChatSample({"role": "assistant", "content": "done"}, "stop")
+
+    with pytest.raises(ValueError, match="not token-exact"):
+        RolloutDriver(gym_client, EchoChat(), renderer, DriverConfig())
+    evaluator = RolloutDriver(gym_client, EchoChat(), None, DriverConfig(for_training=False))
+    rollout = await evaluator.run_episode(EpisodeSpec("counter", "counter-0006"))
+    assert rollout.stop_reason == "done" and rollout.reward == 0.0 and rollout.completion_ids == []

@@ -1,0 +1,121 @@
+"""`POST /v1/rollouts`: the gym plays episodes against a policy URL with the same driver, token-exact
+through the policy's `/tokenize`, and stores them; policy failures are failure classes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import make_settings
+
+from gym_server.api.routers import rollout_runs
+from gym_server.app import create_app
+from gym_server.trainer_adapters.chat import ChatRenderer
+from gym_server.trainer_adapters.remote_chat import RemoteRenderer
+
+
+@pytest.fixture
+async def gym(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}"))
+    if not any(getattr(r, "path", "") == "/v1/rollouts/runs/{run_id}" for r in app.routes):
+        app.include_router(rollout_runs.router)  # until app.py wires it
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+            yield client
+
+
+async def stored(gym: httpx.AsyncClient, rollout_id: str) -> dict[str, Any]:
+    for _ in range(200):
+        row = (await gym.get(f"/v1/rollouts/{rollout_id}")).json()
+        if row.get("status") not in (None, "live"):
+            return dict(row)
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{rollout_id} was never stored as finished")
+
+
+async def test_remote_renderer_matches_the_local_one(policy_url: str, tiny_tokenizer: Any) -> None:
+    local, remote = ChatRenderer(tiny_tokenizer), RemoteRenderer(policy_url, "tiny")
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U é"}]
+    tools = [{"type": "function", "function": {"name": "read", "description": "r", "parameters": {}}}]
+    assert await remote.prompt_ids(messages, tools) == local.render_prompt(messages, tools).ids
+    assert remote.eos_token_ids == local.eos_token_ids
+    replies = [{"role": "tool", "content": "20"}, {"role": "user", "content": "more"}]
+    assert await remote.delta_ids(replies) == local.render_delta(replies).ids
+    ids = [*local.encode("<tool_call>x</tool_call>"), tiny_tokenizer.eos_token_id]
+    assert await remote.text(ids) == local.decode(ids)
+    assert await remote.turn_text(ids) == local.completion_text(ids)
+    await remote.aclose()
+
+
+async def test_server_driven_rollouts_store_token_level_trajectories(
+    gym: httpx.AsyncClient, policy_url: str
+) -> None:
+    body = {
+        "env": "counter",
+        "split": "validation",
+        "limit": 2,
+        "n": 2,
+        "seed": 3,
+        "policy": {"base_url": policy_url, "model": "tiny"},
+        "sampling": {"max_tokens": 24, "seed": 1},
+        "max_turns": 2,
+        "max_completion_tokens": 80,
+        "wait": True,
+    }
+    response = await gym.post("/v1/rollouts", json=body)
+    assert response.status_code == 200, response.text
+    run = response.json()
+    assert run["status"] == "completed" and run["episodes"] == run["finished"] == 4
+    assert run["summary"]["episodes"] == 4 and run["summary"]["failures"] == 0
+    again = (await gym.get(f"/v1/rollouts/runs/{run['run_id']}")).json()
+    assert again["rollout_ids"] == run["rollout_ids"]
+    rows = [await stored(gym, rid) for rid in run["rollout_ids"]]
+    assert {row["run"] for row in rows} == {run["run"]}
+    for row in rows:
+        assert row["policy"]["model"] == "tiny" and row["seed"] == 3
+        if row["turns"]:
+            first = row["turns"][0]
+            assert first["prompt_ids"] and len(first["completion_ids"]) == len(first["logprobs"])
+    listed = (await gym.get("/v1/rollouts", params={"run": run["run"]})).json()
+    assert listed["total"] == 4
+
+
+async def test_a_dead_policy_fails_episodes_with_a_failure_class(gym: httpx.AsyncClient) -> None:
+    body = {
+        "env": "counter",
+        "task_ids": ["counter-0000"],
+        "policy": {"base_url": "http://127.0.0.1:9", "model": "gone", "api": "chat", "timeout_s": 2},
+    }
+    accepted = await gym.post("/v1/rollouts", json=body)
+    assert accepted.status_code == 202
+    run_id = accepted.json()["run_id"]
+    for _ in range(300):
+        run = (await gym.get(f"/v1/rollouts/runs/{run_id}")).json()
+        if run["status"] != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert run["status"] == "completed"
+    assert run["summary"]["stop_reasons"] == {"policy_error": 1} and run["summary"]["scored"] == 0
+    row = await stored(gym, run["rollout_ids"][0])
+    assert row["status"] == "failed" and row["failure"] == "policy_error"
+
+
+@pytest.mark.parametrize(
+    ("patch", "status"),
+    [
+        ({"env": "nope"}, 404),
+        ({"task_ids": ["missing"]}, 404),
+        ({"task_ids": ["counter-0000"], "split": "train"}, 422),
+        ({"policy": {"base_url": "http://x", "model": "m", "api": "grpc"}}, 422),
+    ],
+)
+async def test_bad_run_requests(gym: httpx.AsyncClient, patch: dict[str, Any], status: int) -> None:
+    body = {"env": "counter", "policy": {"base_url": "http://x", "model": "m"}, **patch}
+    response = await gym.post("/v1/rollouts", json=body)
+    assert response.status_code == status, response.text
+    assert (await gym.get("/v1/rollouts/runs/unknown")).status_code == 404

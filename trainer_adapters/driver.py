@@ -1,0 +1,409 @@
+"""The rollout driver: one policy, one gym session, one token-exact episode.
+
+For a token sampler, an episode is:
+
+1. open a session for (task, seed) and render its opening messages and tools once with the policy's
+   chat template: `prompt_ids`;
+2. sample a turn from `prompt_ids + completion_ids` with stop = the end-of-turn token; keep the ids
+   and logprobs verbatim (loss mask 1);
+3. parse tool calls from the turn's text and step the session with the assistant message, sending the
+   turn's tokens as `turn_data` (stored with the trajectory);
+4. unless the step ended the episode, append the replies as a template *delta* (loss mask 0, logprob
+   0.0) and go to 2.
+
+Endings (`stop_reason`): `done` (the environment ended it; the last token is the model's end-of-turn
+token), `max_turns`, `max_completion_tokens` (the budget, counted over model and environment tokens
+like TRL's `max_completion_length`, ran out, or a turn was cut), `policy_error`, `policy_timeout`,
+`gym_error`. The last three carry `failure`: the reward is `None` ("no signal"; TRL then gives the
+sample no advantage), and the session is closed with that failure class so the stored trajectory
+says so. A malformed tool call is not a failure: its raw text goes to the environment as a plain
+message and is scored like any answer (`parse_errors` counts them).
+
+Groups: `run_group` plays n episodes of one task with the same gym seed (same start state), each with
+its own sampling seed, concurrently; concurrent episodes share the sampler's batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from gym_server.trainer_adapters.chat import Renderer
+from gym_server.trainer_adapters.client import (
+    GymAPIError,
+    GymClientError,
+    SessionInfo,
+    StepResult,
+    VerifyResult,
+)
+from gym_server.trainer_adapters.samplers.base import (
+    ChatSampler,
+    PolicyError,
+    SamplingParams,
+    TokenSampler,
+)
+from gym_server.trainer_adapters.toolcalls import parse_tool_calls
+
+__all__ = ["DriverConfig", "EpisodeSpec", "GymBackend", "Rollout", "RolloutDriver", "summarize"]
+
+T = TypeVar("T")
+
+# Failure classes the client reports when closing (the gym knows its own: budgets, verifier errors).
+CLIENT_FAILURES = frozenset({"policy_error", "policy_timeout"})
+
+
+class GymBackend(Protocol):
+    """The session API the driver needs: `GymClient` over HTTP, or the server's own manager."""
+
+    async def create_session(
+        self,
+        env: str,
+        *,
+        task_id: str | None = None,
+        task: dict[str, Any] | None = None,
+        seed: int | None = None,
+        ttl_s: float | None = None,
+        run: str | None = None,
+        policy: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo: ...
+
+    async def step(
+        self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None
+    ) -> StepResult: ...
+
+    async def verify(self, session_id: str) -> VerifyResult: ...
+
+    async def close(self, session_id: str, *, failure: str | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DriverConfig:
+    """Budgets and sampling of every episode a driver plays.
+
+    Args:
+        max_completion_tokens: model plus environment tokens after the prompt (TRL's
+            `max_completion_length`); the episode ends when the next turn or reply would not fit.
+        max_turns: assistant turns per episode (the gym may end it sooner).
+        sampling: per-turn sampling; `seed`, when set, is offset per episode and turn.
+        run: the gym `run` every trajectory is filed under.
+        send_turn_data: store token ids and logprobs with each step.
+        for_training: refuse samplers that are not token-exact.
+    """
+
+    max_completion_tokens: int = 1024
+    max_turns: int = 8
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    run: str | None = None
+    ttl_s: float | None = None
+    send_turn_data: bool = True
+    for_training: bool = True
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSpec:
+    """Which task to play: a dataset id or an inline task, with the gym seed of its start state."""
+
+    env: str
+    task_id: str | None = None
+    task: dict[str, Any] | None = None
+    seed: int | None = None
+    sample_seed: int | None = None
+
+
+@dataclass(slots=True)
+class Rollout:
+    """One finished episode, ready for a trainer: token-level fields plus the gym's verdict."""
+
+    env: str
+    task_id: str | None
+    seed: int | None
+    session_id: str | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    reward: float | None = None
+    components: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None
+    stop_reason: str = "done"
+    num_turns: int = 0
+    parse_errors: int = 0
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    turn_texts: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=lambda: {"sample_ms": 0.0, "env_ms": 0.0})
+    error: str | None = None
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.env_mask)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class RolloutDriver:
+    """Plays episodes of a policy against the gym.
+
+    Args:
+        gym: a `GymClient` (or anything with its session methods).
+        sampler: a `TokenSampler` (token-exact) or a `ChatSampler` (evaluation only).
+        renderer: the policy's chat renderer (`ChatRenderer`, or `RemoteRenderer` over the policy
+            server's `/tokenize`); required for a token sampler.
+        config: budgets, sampling and run name.
+    """
+
+    def __init__(
+        self,
+        gym: GymBackend,
+        sampler: TokenSampler | ChatSampler,
+        renderer: Renderer | None = None,
+        config: DriverConfig | None = None,
+    ) -> None:
+        self.gym = gym
+        self.sampler = sampler
+        self.renderer = renderer
+        self.config = config or DriverConfig()
+        if self.config.for_training and not sampler.token_exact:
+            raise ValueError(
+                f"{type(sampler).__name__} is not token-exact: use it for evaluation "
+                "(DriverConfig(for_training=False)), never to produce training data"
+            )
+        if sampler.token_exact and renderer is None:
+            raise ValueError("a token sampler needs the policy's ChatRenderer")
+
+    def __repr__(self) -> str:
+        return f"RolloutDriver({self.sampler!r}, {self.config!r})"
+
+    def policy_metadata(self) -> dict[str, Any]:
+        return {**self.sampler.describe(), "sampling": self.config.sampling.to_json()}
+
+    # -- groups ------------------------------------------------------------------------------------
+
+    async def run_group(self, spec: EpisodeSpec, n: int) -> list[Rollout]:
+        """n episodes of one task, same gym seed, distinct sampling seeds, played concurrently."""
+        base = self.config.sampling.seed
+        specs = [
+            EpisodeSpec(spec.env, spec.task_id, spec.task, spec.seed, None if base is None else base + i)
+            for i in range(n)
+        ]
+        return list(await asyncio.gather(*(self.run_episode(s) for s in specs)))
+
+    async def run_many(self, specs: Sequence[EpisodeSpec], concurrency: int = 64) -> list[Rollout]:
+        """Play every spec, at most `concurrency` at once; results in the order of `specs`."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(spec: EpisodeSpec) -> Rollout:
+            async with gate:
+                return await self.run_episode(spec)
+
+        return list(await asyncio.gather(*(one(spec) for spec in specs)))
+
+    # -- one episode -------------------------------------------------------------------------------
+
+    async def run_episode(self, spec: EpisodeSpec) -> Rollout:
+        rollout = Rollout(env=spec.env, task_id=spec.task_id, seed=spec.seed)
+        try:
+            session = await self.gym.create_session(
+                spec.env,
+                task_id=spec.task_id,
+                task=spec.task,
+                seed=spec.seed,
+                ttl_s=self.config.ttl_s,
+                run=self.config.run,
+                policy=self.policy_metadata(),
+                metadata=self.config.metadata or None,
+            )
+        except GymClientError as exc:
+            return self._fail(rollout, "gym_error", exc)
+        rollout.session_id, rollout.task_id = session.session_id, session.task_id
+        rollout.transcript = list(session.messages)
+        rollout.tools = list(session.tools)
+        try:
+            if self.sampler.token_exact:
+                assert isinstance(self.sampler, TokenSampler) and self.renderer is not None
+                await self._play_tokens(session, rollout, self.sampler, self.renderer, spec)
+            else:
+                assert isinstance(self.sampler, ChatSampler)
+                await self._play_chat(session, rollout, self.sampler, spec)
+        except PolicyError as exc:
+            self._fail(rollout, exc.failure, exc)
+        except GymClientError as exc:
+            self._fail(rollout, "gym_error", exc)
+        await self._finish(session, rollout)
+        return rollout
+
+    def _fail(self, rollout: Rollout, failure: str, exc: Exception) -> Rollout:
+        rollout.failure = failure
+        rollout.stop_reason = failure
+        rollout.error = f"{type(exc).__name__}: {exc}"[:500]
+        rollout.reward = None
+        return rollout
+
+    def _params(self, spec: EpisodeSpec, turn: int, max_tokens: int) -> SamplingParams:
+        base = self.config.sampling
+        seed = None if spec.sample_seed is None else spec.sample_seed * 1000 + turn
+        return SamplingParams(
+            max_tokens=max(1, min(base.max_tokens, max_tokens)),
+            temperature=base.temperature,
+            top_p=base.top_p,
+            seed=seed,
+        )
+
+    async def _play_tokens(
+        self,
+        session: SessionInfo,
+        rollout: Rollout,
+        sampler: TokenSampler,
+        renderer: Renderer,
+        spec: EpisodeSpec,
+    ) -> None:
+        prompt_ids = await renderer.prompt_ids(session.messages, session.tools)
+        rollout.prompt_ids = prompt_ids
+        budget = self.config.max_completion_tokens
+        stops = sorted(renderer.eos_token_ids)
+        env_ids: list[int] = []
+        for turn in range(self.config.max_turns):
+            left = budget - len(rollout.completion_ids)
+            if left < 1:
+                rollout.stop_reason = "max_completion_tokens"
+                return
+            started = time.perf_counter()
+            sample = await _guarded(
+                sampler.sample(prompt_ids + rollout.completion_ids, self._params(spec, turn, left), stops)
+            )
+            rollout.timings["sample_ms"] += (time.perf_counter() - started) * 1000
+            ids = sample.token_ids[:left]  # a server that ignores max_tokens must not break the budget
+            rollout.completion_ids += ids
+            rollout.logprobs += sample.logprobs[: len(ids)]
+            rollout.env_mask += [1] * len(ids)
+            rollout.num_turns = turn + 1
+            text = await renderer.turn_text(ids)
+            rollout.turn_texts.append(await renderer.text(ids))
+            ended = bool(ids) and ids[-1] in renderer.eos_token_ids
+            if not ended:
+                # Cut mid-turn (turn cap or budget): no message to send; the state is scored as it is.
+                rollout.stop_reason = "max_completion_tokens"
+                return
+            parsed = parse_tool_calls(text, call_id_prefix=f"t{turn}_")
+            rollout.parse_errors += parsed.error is not None
+            message = parsed.to_message()
+            turn_data: dict[str, Any] | None = None
+            if self.config.send_turn_data:
+                turn_data = {
+                    "turn": turn,
+                    "env_ids": env_ids,
+                    "completion_ids": ids,
+                    "logprobs": sample.logprobs[: len(ids)],
+                    "finish_reason": sample.finish_reason,
+                }
+                if turn == 0:
+                    turn_data["prompt_ids"] = prompt_ids
+                if parsed.error:
+                    turn_data["parse_error"] = parsed.error
+            result = await self._step(session, message, turn_data, rollout)
+            if result.done:
+                rollout.stop_reason = "done"
+                return
+            if turn + 1 >= self.config.max_turns:
+                break  # no next turn: the completion ends on the model's last token
+            delta = await renderer.delta_ids(result.messages)
+            if len(rollout.completion_ids) + len(delta) >= budget:
+                rollout.stop_reason = "max_completion_tokens"
+                return
+            env_ids = delta
+            rollout.completion_ids += delta
+            rollout.logprobs += [0.0] * len(delta)
+            rollout.env_mask += [0] * len(delta)
+        rollout.stop_reason = "max_turns"
+
+    async def _play_chat(
+        self, session: SessionInfo, rollout: Rollout, sampler: ChatSampler, spec: EpisodeSpec
+    ) -> None:
+        for turn in range(self.config.max_turns):
+            started = time.perf_counter()
+            params = self._params(spec, turn, self.config.sampling.max_tokens)
+            sample = await _guarded(sampler.chat(rollout.transcript, session.tools, params))
+            rollout.timings["sample_ms"] += (time.perf_counter() - started) * 1000
+            rollout.num_turns = turn + 1
+            if sample.finish_reason == "length":
+                rollout.stop_reason = "max_completion_tokens"
+                return
+            result = await self._step(session, sample.message, None, rollout)
+            if result.done:
+                rollout.stop_reason = "done"
+                return
+        rollout.stop_reason = "max_turns"
+
+    async def _step(
+        self,
+        session: SessionInfo,
+        message: dict[str, Any],
+        turn_data: dict[str, Any] | None,
+        rollout: Rollout,
+    ) -> StepResult:
+        started = time.perf_counter()
+        result = await self.gym.step(session.session_id, message, turn_data)
+        rollout.timings["env_ms"] += (time.perf_counter() - started) * 1000
+        rollout.transcript += [message, *result.messages]
+        if result.done and result.reward is not None:
+            rollout.reward = result.reward
+        return result
+
+    async def _finish(self, session: SessionInfo, rollout: Rollout) -> None:
+        """Score (unless there is no signal) and close, reporting the failure class if any."""
+        if rollout.failure is None:
+            try:
+                verdict = await self.gym.verify(session.session_id)
+            except GymClientError as exc:
+                self._fail(rollout, "gym_error", exc)
+            else:
+                rollout.reward, rollout.components = verdict.reward, verdict.components
+                if verdict.failure:  # the verifier itself failed: no signal either
+                    rollout.failure, rollout.reward = verdict.failure, None
+        try:
+            reported = rollout.failure if rollout.failure in CLIENT_FAILURES else None
+            await self.gym.close(session.session_id, failure=reported)
+        except GymAPIError as exc:
+            if exc.status not in (404, 410):  # already gone: nothing left to close
+                rollout.error = rollout.error or f"close failed: {exc}"
+        except GymClientError as exc:
+            rollout.error = rollout.error or f"close failed: {exc}"
+
+
+async def _guarded(call: Awaitable[T]) -> T:
+    """Await a sampler call; any exception it raises (a sampler bug included) is the policy's failure."""
+    try:
+        return await call
+    except PolicyError:
+        raise
+    except Exception as exc:
+        raise PolicyError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
+
+
+def summarize(rollouts: Sequence[Rollout]) -> dict[str, Any]:
+    """Counts and means over episodes: success rate, mean reward (scored episodes only), endings."""
+    scored = [r.reward for r in rollouts if r.reward is not None]
+    stops: dict[str, int] = {}
+    for rollout in rollouts:
+        stops[rollout.stop_reason] = stops.get(rollout.stop_reason, 0) + 1
+    components: dict[str, list[float]] = {}
+    for rollout in rollouts:
+        for name, value in rollout.components.items():
+            components.setdefault(name, []).append(value)
+    return {
+        "episodes": len(rollouts),
+        "scored": len(scored),
+        "mean_reward": sum(scored) / len(scored) if scored else None,
+        "success_rate": sum(1 for r in scored if r >= 1.0) / len(scored) if scored else None,
+        "stop_reasons": dict(sorted(stops.items())),
+        "failures": sum(1 for r in rollouts if r.failure),
+        "parse_errors": sum(r.parse_errors for r in rollouts),
+        "components": {name: sum(v) / len(v) for name, v in sorted(components.items())},
+        "model_tokens": sum(r.model_tokens for r in rollouts),
+    }

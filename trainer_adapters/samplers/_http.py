@@ -1,0 +1,51 @@
+"""One POST to an OpenAI-compatible server, with the policy's error classes and safe retries.
+
+Sampling has no side effects, so any failed attempt may be repeated; the retries are still bounded
+(a dead policy must end the episode as `policy_error`, not hang it), and a timeout is not retried
+(it already cost the whole timeout; the driver records `policy_timeout`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from gym_server.trainer_adapters.samplers.base import PolicyError, PolicyTimeout
+
+__all__ = ["post_json"]
+
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+async def post_json(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], *, attempts: int = 3, backoff_s: float = 0.2
+) -> dict[str, Any]:
+    """POST `body`, return the JSON object answered; raise `PolicyError`/`PolicyTimeout` otherwise."""
+    last = "no attempt"
+    for attempt in range(attempts):
+        try:
+            response = await client.post(url, json=body)
+        except httpx.TimeoutException as exc:
+            if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+                last = f"{type(exc).__name__}"
+            else:
+                raise PolicyTimeout(f"the policy did not answer in time ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            if response.status_code == 200:
+                try:
+                    data = response.json()
+                except ValueError as exc:
+                    raise PolicyError("the policy answered with something that is not JSON") from exc
+                if not isinstance(data, dict):
+                    raise PolicyError("the policy answered with JSON that is not an object")
+                return data
+            last = f"HTTP {response.status_code}: {response.text[:300]}"
+            if response.status_code not in _RETRY_STATUSES:
+                raise PolicyError(f"the policy refused the request: {last}")
+        if attempt + 1 < attempts:
+            await asyncio.sleep(backoff_s * 2**attempt)
+    raise PolicyError(f"the policy failed {attempts} times; last: {last}")

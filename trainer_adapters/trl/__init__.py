@@ -1,0 +1,21 @@
+"""The TRL adapter: `rollout_func` for `GRPOTrainer`, a reward that reads the gym's verdict, and an
+`environment_factory` whose tool methods are bound from the gym's schemas. See `docs/trl.md`.
+
+Nothing here imports trl or torch at import time; they are needed only when a trainer runs.
+"""
+
+from __future__ import annotations
+
+from gym_server.trainer_adapters.trl.environment import GymToolEnvironment, make_environment_factory
+from gym_server.trainer_adapters.trl.reward import gym_component_reward, gym_reward
+from gym_server.trainer_adapters.trl.rollout import GymRolloutFunc, gym_prompt, load_gym_dataset
+
+__all__ = [
+    "GymRolloutFunc",
+    "GymToolEnvironment",
+    "gym_component_reward",
+    "gym_prompt",
+    "gym_reward",
+    "load_gym_dataset",
+    "make_environment_factory",
+]

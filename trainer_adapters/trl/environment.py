@@ -1,0 +1,192 @@
+"""TRL's `environment_factory` backed by gym sessions: the TRL-native alternative to `rollout_func`.
+
+`GRPOTrainer(..., environment_factory=make_environment_factory(url, "counter"))` gives every rollout an
+object whose public methods are the gym environment's tools. TRL renders them into the prompt (via
+transformers' `get_json_schema`, so each method gets a signature, type hints and a Google docstring
+built from the gym's JSON schema), runs its own tool loop, and calls a method per tool call; the method
+steps the gym session and returns the tool's reply. `reset(**row)` opens a session for the row's task,
+`get_reward()` verifies and closes it (None: no signal).
+
+What this path gives up compared with `GymRolloutFunc`: TRL tokenizes and templates itself, so the gym
+stores the transcript but no token data; each tool call is its own gym step; the prompt is the dataset's
+(the environment's system prompt is not shown unless the dataset carries it). Use it when you want TRL's
+tool loop; use `GymRolloutFunc` for token-exact multi-turn training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from gym_server.trainer_adapters.client import GymAPIError, SyncGymClient
+
+__all__ = ["GymToolEnvironment", "make_environment_factory"]
+
+_JSON_TYPES: dict[str, Any] = {
+    "integer": int,
+    "number": float,
+    "string": str,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
+_RESERVED = frozenset({"reset", "get_reward"})
+
+
+class GymToolEnvironment:
+    """One rollout's gym session. Subclasses made by `make_environment_factory` add the tool methods."""
+
+    _gym: SyncGymClient
+    _env: str = ""
+    _run: str | None = None
+    _seed: int | None = None
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.done = False
+        self.reward: float | None = None
+        self.messages: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(session={self.session_id}, done={self.done})"
+
+    def reset(self, **row: Any) -> str | None:
+        """Open a session for the row's task (`task_id`, or a `gym_prompt` prompt); returns None, so
+        the dataset's prompt is used as is."""
+        self._close()
+        task_id, task, seed = _task_of(row)
+        session = self._gym.create_session(
+            self._env,
+            task_id=task_id,
+            task=task,
+            seed=seed if seed is not None else self._seed,
+            run=self._run,
+        )
+        self.session_id, self.done, self.reward = session.session_id, False, None
+        self.messages = list(session.messages)
+        return None
+
+    def get_reward(self) -> float | None:
+        """The gym's verdict on the episode, then close it; None when there is no signal."""
+        if self.session_id is None:
+            return None
+        try:
+            verdict = self._gym.verify(self.session_id)
+        finally:
+            self._close()
+        return None if verdict.failure else verdict.reward
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        if self.session_id is None:
+            return "error: no episode is running (reset was not called)"
+        if self.done:
+            return "error: the episode is over"
+        call_id = f"call_{uuid.uuid4().hex[:12]}"
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ],
+        }
+        try:
+            result = self._gym.step(self.session_id, message)
+        except GymAPIError as exc:
+            self.done = True
+            return f"error: {exc.detail}"
+        self.done = result.done
+        self.messages += [message, *result.messages]
+        return "\n".join(str(m.get("content") or "") for m in result.messages)
+
+    def _close(self) -> None:
+        if self.session_id is not None:
+            with contextlib.suppress(GymAPIError):  # already closed or expired: nothing to release
+                self._gym.close(self.session_id)
+            self.session_id = None
+
+
+def _task_of(row: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None, int | None]:
+    prompt = row.get("prompt")
+    first = prompt[0] if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) else {}
+    task = first.get("gym_task")
+    task_id = first.get("gym_task_id") or row.get("task_id")
+    seed = first.get("gym_seed", row.get("seed"))
+    parsed = json.loads(task) if isinstance(task, str) else task
+    if parsed is None and task_id is None:
+        raise ValueError("the dataset row names no gym task: give it a task_id column or a gym_prompt prompt")
+    return (None if parsed is not None else task_id), parsed, (int(seed) if seed is not None else None)
+
+
+def _python_type(schema: dict[str, Any]) -> Any:
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if kinds else "string"
+    base = _JSON_TYPES.get(str(kind), str)
+    if base is list and isinstance(schema.get("items"), dict):
+        return list[_python_type(schema["items"])]  # type: ignore[misc]
+    return base
+
+
+def tool_method(schema: dict[str, Any]) -> Callable[..., str]:
+    """A method with the signature, hints and docstring transformers needs to rebuild `schema`."""
+    function = schema.get("function", schema)
+    name = str(function["name"])
+    if name in _RESERVED or name.startswith("_") or not name.isidentifier():
+        raise ValueError(f"gym tool {name!r} cannot be a TRL environment method")
+    parameters = function.get("parameters") or {}
+    properties: dict[str, dict[str, Any]] = parameters.get("properties") or {}
+    required = set(parameters.get("required") or [])
+
+    def method(self: GymToolEnvironment, **arguments: Any) -> str:
+        return self._call(name, arguments)
+
+    signature = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    hints: dict[str, Any] = {}
+    lines = (
+        [str(function.get("description") or name), "", "Args:"]
+        if properties
+        else [str(function.get("description") or name)]
+    )
+    for arg in sorted(properties, key=lambda a: a not in required):
+        spec = properties[arg]
+        hint = _python_type(spec)
+        default = inspect.Parameter.empty if arg in required else None
+        signature.append(
+            inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=hint)
+        )
+        hints[arg] = hint if arg in required else hint | None
+        text = str(spec.get("description") or arg).replace("\n", " ")
+        if isinstance(spec.get("enum"), list):
+            text += f" (choices: {json.dumps(spec['enum'])})"
+        lines.append(f"    {arg}: {text}")
+    hints["return"] = str
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = "\n".join(lines)
+    method.__annotations__ = hints
+    method.__signature__ = inspect.Signature(signature, return_annotation=str)  # type: ignore[attr-defined]
+    return method
+
+
+def make_environment_factory(
+    gym_url: str | list[str], env: str, *, run: str | None = None, seed: int | None = None
+) -> Callable[[], GymToolEnvironment]:
+    """A zero-argument factory for TRL, with one method per tool of `env` (from the gym's catalog)."""
+    gym = SyncGymClient(gym_url)
+    info = gym.get_environment(env)
+    namespace: dict[str, Any] = {"_gym": gym, "_env": env, "_run": run, "_seed": seed}
+    for schema in info.tools:
+        method = tool_method(schema)
+        namespace[method.__name__] = method
+    cls = type(
+        f"Gym{env.title().replace('_', '').replace('/', '')}Environment", (GymToolEnvironment,), namespace
+    )
+    return cls

@@ -1,0 +1,102 @@
+"""A supervised warm-up that teaches the tiny model to write counter tool calls, and its tasks.
+
+A randomly initialised model never writes a parseable tool call, so reinforcement learning from it has
+no signal. The CPU training test, the rollout benchmark and the tiny demo therefore start from a few
+dozen supervised steps on `add(k)` then `submit` with k drawn from a small set; GRPO must then find the
+k the gym rewards. The tasks are inline counter tasks whose target is the seeded start value plus an
+offset (start values are read through the gym, not recomputed, so the environment stays a black box).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from gym_server.trainer_adapters.chat import ChatRenderer
+from gym_server.trainer_adapters.client import SyncGymClient
+from gym_server.trainer_adapters.toolcalls import render_tool_call
+
+__all__ = ["counter_offset_tasks", "warm_up_counter"]
+
+_READ = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "probe", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+}
+
+
+def counter_offset_tasks(gym: SyncGymClient, n: int, offset: int = 3) -> list[dict[str, Any]]:
+    """n inline counter tasks (`learn-i`, seed i) with target = start + offset.
+
+    Each entry: `task` (the inline task), `seed`, `start`, and the session's `opening` messages and
+    `tools` (for rendering warm-up examples exactly as episodes will be rendered).
+    """
+    tasks = []
+    for i in range(n):
+        probe_task = {"id": f"learn-{i}", "prompt": "probe", "answer": 0}
+        probe = gym.create_session("counter", task=probe_task, seed=i, run="warmup-probe")
+        start = int(gym.step(probe.session_id, _READ).messages[0]["content"])
+        gym.close(probe.session_id)
+        target = start + offset
+        task = {
+            "id": f"learn-{i}",
+            "prompt": f"Bring the counter to {target}, then submit.",
+            "answer": target,
+        }
+        tasks.append(
+            {"task": task, "seed": i, "start": start, "opening": probe.messages, "tools": probe.tools}
+        )
+    return tasks
+
+
+def warm_up_counter(
+    model: Any,
+    tokenizer: Any,
+    tasks: Sequence[dict[str, Any]],
+    *,
+    amounts: Sequence[int] = (1, 2, 3, 4),
+    steps: int = 100,
+    batch: int = 8,
+    lr: float = 1e-2,
+    seed: int = 0,
+) -> list[float]:
+    """Supervised steps on episodes `add(k)`, tool reply, `submit` (loss on the model's turns only).
+    Returns the loss of every step."""
+    import torch
+
+    renderer = ChatRenderer(tokenizer)
+    rng = random.Random(seed)
+    eos = int(tokenizer.eos_token_id)
+    pad = int(tokenizer.pad_token_id)
+
+    def example() -> tuple[list[int], list[int]]:
+        task = rng.choice(list(tasks))
+        opening = [task["opening"][0], {"role": "user", "content": task["task"]["prompt"]}]
+        prompt = renderer.render_prompt(opening, task["tools"]).ids
+        k = rng.choice(list(amounts))
+        first = [*renderer.encode(render_tool_call("add", {"amount": k})), eos]
+        reply = renderer.render_delta([{"role": "tool", "content": str(task["start"] + k)}]).ids
+        second = [*renderer.encode(render_tool_call("submit", {})), eos]
+        ids = prompt + first + reply + second
+        return ids, [-100] * len(prompt) + first + [-100] * len(reply) + second
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        was_training = bool(model.training)
+        model.train()
+        losses = []
+        for _ in range(steps):
+            rows = [example() for _ in range(batch)]
+            width = max(len(ids) for ids, _ in rows)
+            ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows])
+            labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+            mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows])
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        model.train(was_training)
+    return losses
