@@ -117,7 +117,8 @@ def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(
             if httpx.get(f"{second}/readyz", timeout=1).status_code == 200:
                 break
         except httpx.TransportError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     sessions = {}
     for url in (server.url, second):
         with httpx.Client(base_url=url, timeout=10) as client:
