@@ -3,6 +3,7 @@ scaffolded project passes its own tests (entry-point discovery is tested in test
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,9 @@ def test_tasks_hides_answers() -> None:
 def test_play_an_episode_through_stdin() -> None:
     task = CounterEnv.dataset().get("counter-0000")
     assert task is not None
-    target, start = int(task.answer), 20  # counter-0000 with seed 0 starts at 20 (see the fixtures)
+    probe = CounterEnv(task, 0)
+    asyncio.run(probe.reset())
+    target, start = int(task.answer), probe.value
     lines = ["/tools", "/call read {}", "/call add {oops", "/frobnicate"]
     value = start
     while value != target:
