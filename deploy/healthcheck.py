@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Container health check: exit 0 when the server's /readyz answers 200 (database reachable), else 1.
+"""Container health check: exit 0 when the server's /readyz answers 200, else 1 (the reason on stderr).
+
+/readyz is 200 while the database is reachable, the trajectory writer keeps up, and the sandbox backend
+the server chose still answers (a silent Docker engine, or bubblewrap that can no longer make namespaces,
+turns it 503). A server whose `auto` choice found no backend at all stays ready: only environments that
+run code need one, and they report the reason themselves.
 
 Reads GYM_HOST and GYM_PORT like the server does; a wildcard bind is probed on loopback. Standard library
 only, so it runs with any python3 in the image.

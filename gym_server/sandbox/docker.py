@@ -94,6 +94,7 @@ class DockerBackend:
         self.instance = uuid.uuid4().hex[:12]
         self._client_factory = client_factory
         self._client: Any = None
+        self._connecting = asyncio.Lock()
         self._threads = threads
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gym-docker")
         self._start_gate: asyncio.Semaphore | None = None
@@ -108,17 +109,28 @@ class DockerBackend:
     def __repr__(self) -> str:
         return f"DockerBackend(image={self.image!r}, instance={self.instance!r}, live={len(self._live)})"
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            import docker
+    async def connect(self) -> Any:
+        """The `docker.DockerClient`, made on the backend's threads at first use.
 
-            self._client = self._client_factory() if self._client_factory else docker.from_env(timeout=30)
-        return self._client
+        Making one is itself a blocking call: without a pinned API version the SDK asks the engine for
+        its version, which waits out the 30 s timeout on an engine that accepts and never answers.
+        """
+        async with self._connecting:
+            if self._client is None:
+                self._client = await self.submit(self._make_client)
+            return self._client
+
+    def _make_client(self) -> Any:
+        import docker
+
+        return self._client_factory() if self._client_factory else docker.from_env(timeout=30)
 
     @property
     def api(self) -> Any:
-        return self.client.api
+        """The low-level API of the connected client (sandboxes exist only after `start()` connected)."""
+        if self._client is None:
+            raise SandboxUnavailable("the Docker backend is not connected to an engine")
+        return self._client.api
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Run a blocking SDK call on the backend's threads."""
@@ -129,7 +141,8 @@ class DockerBackend:
         if self._checked:
             return
         try:
-            await self.submit(self.client.ping)
+            client = await self.connect()
+            await self.submit(client.ping)
         except Exception as exc:
             self._client = None
             raise SandboxUnavailable(
@@ -137,7 +150,7 @@ class DockerBackend:
             ) from exc
         from gym_server.sandbox.images import image_exists
 
-        if not await self.submit(image_exists, self.client, self.image):
+        if not await self.submit(image_exists, client, self.image):
             raise SandboxUnavailable(
                 f"the sandbox image {self.image!r} is not in the Docker engine; "
                 "build it with `gym-server sandbox build-image`"
@@ -197,7 +210,8 @@ class DockerBackend:
             if wait > 0:
                 await asyncio.sleep(wait)
             options = self._run_options(limits, session_id)
-            job = self.submit(self.client.containers.run, self.image, **options)
+            client = await self.connect()
+            job = self.submit(client.containers.run, self.image, **options)
             try:
                 container = await asyncio.shield(job)
             except asyncio.CancelledError:
@@ -220,7 +234,8 @@ class DockerBackend:
         self._live.pop(container_id, None)
         for _ in range(50):
             try:
-                await self.submit(self.api.remove_container, container_id, force=True)
+                api = (await self.connect()).api
+                await self.submit(api.remove_container, container_id, force=True)
                 return
             except Exception as exc:
                 status = getattr(getattr(exc, "response", None), "status_code", None)
@@ -242,7 +257,8 @@ class DockerBackend:
         sharing the engine) are left alone unless they carry our name from another boot or machine.
         """
         try:
-            found = await self.submit(self.api.containers, all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+            api = (await self.connect()).api
+            found = await self.submit(api.containers, all=True, filters={"label": f"{LABEL_MANAGED}=1"})
         except Exception as exc:
             log.warning("sandbox reaper could not list containers: %s", exc)
             return 0
@@ -299,4 +315,8 @@ class DockerBackend:
             with contextlib.suppress(Exception):
                 for found in await self.submit(self.api.containers, all=True, filters=filters):
                     await self.remove(found["Id"])
+            # Its connection pool holds sockets to the engine; a later use connects afresh.
+            client, self._client = self._client, None
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(client.close)
         self._checked = False

@@ -3,19 +3,31 @@
 `auto` prefers Docker when an engine answers and holds the sandbox image, else bubblewrap when it can
 start a sandbox here; with neither, it fails with a message naming both reasons and how to fix them.
 It never falls back to running code unsandboxed: that takes the explicit `unsafe-no-sandbox` setting.
+
+`probe(backend)` is the cheap, time-bounded question readiness asks of a running backend: does the
+Docker engine answer, can bwrap still make namespaces here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import shutil
+from collections.abc import Awaitable
 
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import SandboxBackend
 from gym_server.settings import SandboxSettings, Settings
 
-__all__ = ["make_backend", "select_backend"]
+__all__ = ["PROBE_TIMEOUT_S", "make_backend", "probe", "select_backend"]
 
 log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 2.0
+# /_ping is unversioned, and naming a version keeps the client from asking the engine for one first
+# (a request that would wait out the SDK's default timeout on an engine that accepts but never answers).
+_PING_API_VERSION = "1.24"
 
 
 def make_backend(kind: str, *, image: str, server_name: str) -> SandboxBackend:
@@ -53,7 +65,11 @@ async def select_backend(
     name = server_name or "gym"
     if settings.backend != "auto":
         backend = make_backend(settings.backend, image=settings.image, server_name=name)
-        await backend.check()
+        try:
+            await _check(backend)
+        except SandboxUnavailable:
+            await backend.aclose()
+            raise
         return backend
     reasons: list[str] = []
     for kind in ("docker", "bubblewrap"):
@@ -63,7 +79,7 @@ async def select_backend(
             reasons.append(f"{kind}: {exc}")
             continue
         try:
-            await backend.check()
+            await _check(backend)
         except SandboxUnavailable as exc:
             reasons.append(f"{kind}: {exc.detail}")
             log.info("sandbox backend %s is not usable: %s", kind, exc.detail)
@@ -76,3 +92,76 @@ async def select_backend(
         "`gym-server sandbox build-image`, or install bubblewrap; GYM_SANDBOX__BACKEND=unsafe-no-sandbox "
         "runs code unsandboxed and is for development only."
     )
+
+
+async def _check(backend: SandboxBackend) -> None:
+    if backend.name == "docker":
+        # The backend's own check waits out the SDK's 30 s timeout on a silent engine; fail in seconds.
+        await probe(backend)
+    await backend.check()
+
+
+async def probe(backend: SandboxBackend, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise `SandboxUnavailable` unless `backend` can still make sandboxes, within about `timeout_s`.
+
+    Docker: the engine named by the environment (`DOCKER_HOST`, as the backend uses) answers `/_ping`.
+    Bubblewrap: `bwrap` still creates its namespaces here. Any other backend: its own `check()`.
+    """
+    if backend.name == "docker":
+        await _bounded(asyncio.to_thread(_ping_docker, timeout_s), timeout_s, "the Docker engine")
+    elif backend.name == "bubblewrap":
+        await _bounded(_run_bwrap(), timeout_s, "bubblewrap")
+    else:
+        await _bounded(backend.check(), timeout_s, f"the {backend.name} backend")
+
+
+async def _bounded(work: Awaitable[None], timeout_s: float, what: str) -> None:
+    try:
+        await asyncio.wait_for(work, timeout_s + 1.0)
+    except TimeoutError as exc:
+        raise SandboxUnavailable(f"{what} does not answer within {timeout_s:g} s") from exc
+
+
+def _ping_docker(timeout_s: float) -> None:
+    import docker
+    from docker.utils import kwargs_from_env
+
+    options = kwargs_from_env()
+    where = options.get("base_url") or "the default socket"
+    try:
+        client = docker.APIClient(**options, version=_PING_API_VERSION, timeout=timeout_s)
+        try:
+            client.get(f"{client.base_url}/_ping", timeout=timeout_s).raise_for_status()
+        finally:
+            client.close()
+    except Exception as exc:
+        raise SandboxUnavailable(
+            f"the Docker engine at {where} does not answer ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+async def _run_bwrap() -> None:
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/"]
+    argv += ["--", "/bin/true"]
+    if os.geteuid() == 0:
+        # As root the backend runs bwrap as an unprivileged uid, which needs unprivileged user
+        # namespaces; root's own bwrap would pass even where those are switched off.
+        argv[:0] = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    missing = [name for name in ("bwrap", "setpriv") if name in argv and shutil.which(name) is None]
+    if missing:
+        raise SandboxUnavailable(f"`{missing[0]}` is not installed (any more)")
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await process.communicate()
+    finally:
+        if process.returncode is None:  # cancelled by the deadline
+            process.kill()
+            await process.wait()
+    if process.returncode != 0:
+        text = stderr.decode(errors="replace").strip()[:500]
+        raise SandboxUnavailable(f"bubblewrap cannot create a sandbox here: {text}")

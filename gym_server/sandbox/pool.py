@@ -6,7 +6,9 @@ takes it back afterwards. A returned sandbox is scrubbed (every process killed, 
 /dev/shm emptied) before the next borrower sees it, and retired after `max_uses` loans or whenever the
 scrub fails or the run broke it, so one candidate's leftovers can never reach another's run. Refills
 happen in the background; a burst beyond the pool's size starts extra sandboxes on demand (bounded by
-the backend's own start gate) and the extras are closed on return when the pool is full.
+the backend's own start gate). A returned extra takes a free slot (a refill that finishes later closes
+its own sandbox instead, since the extra is already warm) and is closed when none is free, so the pool
+never holds more than `size`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ class SandboxPool:
         self.limits = limits or Limits()
         self.max_uses = max_uses
         self._idle: list[Sandbox] = []
-        self._members: set[str] = set()  # ids of the (at most `size`) sandboxes the pool keeps
+        # The pool's own sandboxes, idle or lent: at most `size`. A sandbox joins only when a slot is free
+        # at that moment, with no await in between, so a refill and a returning extra never share one.
+        self._members: set[str] = set()
+        self._starting = 0  # refill starts in flight, so that concurrent refills start no more than needed
         self._uses: dict[str, int] = {}
         self._lent: set[Sandbox] = set()
         self._refill_task: asyncio.Task[None] | None = None
@@ -67,17 +72,27 @@ class SandboxPool:
         """Fill the pool now (raises `SandboxUnavailable` when the backend cannot start sandboxes)."""
         await self._fill()
 
+    def _has_room(self) -> bool:
+        return not self._closed and len(self._members) < self.size
+
+    def _wants_start(self) -> bool:
+        return not self._closed and len(self._members) + self._starting < self.size
+
     async def _fill(self) -> None:
-        while not self._closed and len(self._members) < self.size:
-            sandbox = await self.backend.start(self.limits)
-            if self._closed or len(self._members) >= self.size:  # closed, or a returned extra filled the gap
+        while self._wants_start():
+            self._starting += 1
+            try:
+                sandbox = await self.backend.start(self.limits)
+            finally:
+                self._starting -= 1
+            if not self._has_room():  # closed, or a returned sandbox (already warm) took the slot
                 await sandbox.close()
                 return
             self._members.add(sandbox.id)
             self._idle.append(sandbox)
 
     def _schedule_refill(self) -> None:
-        if self._closed or len(self._members) >= self.size:
+        if not self._wants_start():
             return
         if self._refill_task is None or self._refill_task.done():
             self._refill_task = asyncio.get_running_loop().create_task(
@@ -106,16 +121,14 @@ class SandboxPool:
 
     async def _give_back(self, sandbox: Sandbox) -> None:
         uses = self._uses.get(sandbox.id, 0) + 1
-        keep = (
-            not self._closed and not sandbox.closed and uses < self.max_uses and len(self._idle) < self.size
-        )
-        if keep:
-            # Re-check after the await: concurrent returns all saw room before any of them scrubbed.
-            keep = await sandbox.scrub() and not self._closed and len(self._idle) < self.size
-        if keep:
-            self._uses[sandbox.id] = uses
-            self._idle.append(sandbox)
-            return
+        healthy = not sandbox.closed and uses < self.max_uses and not self._closed
+        if healthy and (sandbox.id in self._members or self._has_room()):
+            self._members.add(sandbox.id)  # an extra adopted into a free slot, claimed before the scrub
+            if await sandbox.scrub() and not self._closed:
+                self._uses[sandbox.id] = uses
+                self._idle.append(sandbox)
+                return
+        self._members.discard(sandbox.id)
         self._uses.pop(sandbox.id, None)
         await sandbox.close()
         self._schedule_refill()

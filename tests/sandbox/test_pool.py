@@ -3,13 +3,63 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
+from gymtest import apoll
 
 from gym_server.sandbox.pool import SandboxPool
-from gym_server.sandbox.protocol import Limits, SandboxBackend
+from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
 
 LIMITS = Limits(timeout_s=5)
+
+
+class Gated:
+    """A real backend whose starts wait at a gate (and an optional random delay), recording each sandbox.
+
+    Holding the gate lets a test return a sandbox while a refill is still starting one.
+    """
+
+    def __init__(self, backend: SandboxBackend, *, jitter_s: float = 0.0) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.started: list[Sandbox] = []
+        self.starting = 0
+        self._jitter_s = jitter_s
+        self._random = random.Random(7)
+
+    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> Sandbox:
+        self.starting += 1
+        try:
+            await self.gate.wait()
+            await asyncio.sleep(self._random.uniform(0, self._jitter_s))
+            box = await self.backend.start(limits, session_id=session_id)
+        finally:
+            self.starting -= 1
+        self.started.append(box)
+        return box
+
+    async def check(self) -> None:
+        await self.backend.check()
+
+    async def reap(self) -> int:
+        return await self.backend.reap()
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    def open_ids(self) -> set[str]:
+        return {box.id for box in self.started if not box.closed}
+
+    async def settled(self, pool: SandboxPool) -> None:
+        """Wait until no start is in flight and the pool has refilled."""
+
+        async def settled() -> bool:
+            return not self.starting and pool.idle >= pool.size
+
+        await apoll(settled, bool)
 
 
 async def test_pool_lends_warm_sandboxes_and_scrubs_them(backend: SandboxBackend) -> None:
@@ -70,6 +120,58 @@ async def test_a_closed_sandbox_is_not_returned_to_the_pool(backend: SandboxBack
             assert fresh.id != broken and (await fresh.exec("true")).ok
     finally:
         await pool.aclose()
+
+
+async def test_a_sandbox_returned_during_a_refill_does_not_overfill_the_pool(backend: SandboxBackend) -> None:
+    gated = Gated(backend)
+    pool = SandboxPool(gated, size=1, limits=LIMITS)  # cold, as the server's pool: it fills on first loan
+    try:
+        async with pool.acquire():  # started on demand; the loan schedules a refill ...
+            gated.gate.clear()  # ... whose start is held at the gate while this sandbox comes back
+        assert gated.starting == 1
+        gated.gate.set()
+        await gated.settled(pool)
+        assert pool.idle == 1
+        assert len(gated.started) == 2 and len(gated.open_ids()) == 1  # the other one was closed, not dropped
+        async with pool.acquire() as box:
+            assert box is gated.started[0]  # the returned one, already warm, kept its slot
+    finally:
+        await pool.aclose()
+    assert gated.open_ids() == set()
+
+
+async def test_concurrent_returns_and_refills_keep_the_pool_bounded(backend: SandboxBackend) -> None:
+    gated = Gated(backend, jitter_s=0.03)
+    pool = SandboxPool(gated, size=2, limits=LIMITS, max_uses=3)
+    most_idle = 0
+    order = random.Random(3)
+
+    async def borrow(index: int) -> None:
+        nonlocal most_idle
+        await asyncio.sleep(order.uniform(0, 0.2))
+        async with pool.acquire() as box:
+            await asyncio.sleep(order.uniform(0, 0.05))
+            if index % 5 == 0:
+                await box.close()  # broken by its run: retired, and the pool refills
+        most_idle = max(most_idle, pool.idle)
+
+    async def watch() -> None:
+        nonlocal most_idle
+        while True:
+            most_idle = max(most_idle, pool.idle)
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await asyncio.gather(*(borrow(i) for i in range(30)))  # on a cold pool: refills from the start
+        await gated.settled(pool)
+        assert most_idle <= pool.size
+        assert len(gated.started) > pool.size  # extras and replacements were started ...
+        assert len(gated.open_ids()) == pool.idle == pool.size  # ... and all but the pool's were closed
+    finally:
+        watcher.cancel()
+        await pool.aclose()
+    assert gated.open_ids() == set()
 
 
 async def test_closed_pool_refuses() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -9,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gym_server.api.deps import ManagerDep, StoreDep
 from gym_server.api.errors import problem
+from gym_server.sandbox import runtime as sandbox_runtime
 
 router = APIRouter(tags=["health"])
 
@@ -20,17 +22,42 @@ async def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    summary="Readiness: the database (and sandbox, when configured) answer",
-    responses={503: {"description": "a backend is down"}},
+    summary="Readiness: the database and the sandbox backend answer",
+    description=(
+        "200 when the database answers and the sandbox backend chosen at start-up still can make sandboxes "
+        "(Docker: the engine answers; bubblewrap: it can still create namespaces). `sandbox.state` is `none` "
+        "when `auto` found no backend at start-up: the server is ready for environments that run no code. "
+        "The sandbox probe is cached for two seconds. Otherwise 503 problem+json naming what is down."
+    ),
+    responses={503: {"description": "the database or the sandbox backend is down"}},
 )
 async def readyz(store: StoreDep, manager: ManagerDep) -> Any:
-    checks = {"database": "ok" if await store.ping() else f"unreachable: {store.last_error or 'no answer'}"}
+    sandbox, database_ok = await asyncio.gather(sandbox_runtime.health(), store.ping())
+    failing: dict[str, str] = {}
+    if not database_ok:
+        failing["database"] = f"unreachable: {store.last_error or 'no answer'}"
     if store.pending > 10 * manager.settings.store.batch_size and not store.healthy:
-        checks["writer"] = f"{store.pending} rows waiting: {store.last_error}"
-    if all(value == "ok" for value in checks.values()):
-        return {"status": "ready", "checks": checks, "live_sessions": manager.live_count}
-    failing = ", ".join(f"{name} {value}" for name, value in checks.items() if value != "ok")
-    return problem(503, "not-ready", "Not ready", failing, checks=checks, headers={"Retry-After": "5"})
+        failing["writer"] = f"{store.pending} rows waiting: {store.last_error}"
+    if not sandbox.ready:
+        failing["sandbox"] = f"{sandbox.backend} {sandbox.state}: {sandbox.detail}"
+    checks = {"database": "ok", "sandbox": sandbox.state, **failing}
+    if not failing:
+        return {
+            "status": "ready",
+            "checks": checks,
+            "sandbox": sandbox.as_dict(),
+            "live_sessions": manager.live_count,
+        }
+    detail = "; ".join(f"{name} {value}" for name, value in failing.items())
+    return problem(
+        503,
+        "not-ready",
+        "Not ready",
+        detail,
+        checks=checks,
+        sandbox=sandbox.as_dict(),
+        headers={"Retry-After": "5"},
+    )
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
