@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
@@ -15,6 +15,7 @@ from gym_server import __version__
 from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
+from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
@@ -38,32 +39,40 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = TrajectoryStore(
-            settings.store.resolved_url(),
-            flush_interval_s=settings.store.flush_interval_s,
-            batch_size=settings.store.batch_size,
-        )
-        await store.start()
-        lost = await store.mark_lost(settings.server_name)
-        if lost:
-            log.warning(
-                "marked %d sessions of %r lost: they were live when the server last stopped",
-                lost,
-                settings.server_name,
+        async with AsyncExitStack() as stack:
+            # First, so that a sandbox misconfiguration stops the server before it touches the database.
+            try:
+                await sandbox_runtime.start(settings)
+            except SandboxUnavailable as exc:
+                log.error("cannot start: %s", exc.detail)
+                raise
+            stack.push_async_callback(sandbox_runtime.shutdown)
+            store = TrajectoryStore(
+                settings.store.resolved_url(),
+                flush_interval_s=settings.store.flush_interval_s,
+                batch_size=settings.store.batch_size,
             )
-        manager = SessionManager(app.state.registry, store, settings)
-        reaper = Reaper(manager, settings.sessions.reap_interval_s)
-        app.state.store, app.state.manager = store, manager
-        reaper.start()
-        try:
-            yield
-        finally:
-            await reaper.stop()
-            closed = await manager.shutdown()
-            if closed:
-                log.warning("server stopping: %d live sessions recorded as lost", closed)
-            await sandbox_runtime.shutdown()  # the sandboxes environments started lazily, if any
-            await store.stop()
+            await store.start()
+            stack.push_async_callback(store.stop)
+            lost = await store.mark_lost(settings.server_name)
+            if lost:
+                log.warning(
+                    "marked %d sessions of %r lost: they were live when the server last stopped",
+                    lost,
+                    settings.server_name,
+                )
+            manager = SessionManager(app.state.registry, store, settings)
+            reaper = Reaper(manager, settings.sessions.reap_interval_s)
+            app.state.store, app.state.manager = store, manager
+            reaper.start()
+            try:
+                yield
+            finally:
+                await reaper.stop()
+                # Sessions close their environments, and so their sandboxes, before the backend goes.
+                closed = await manager.shutdown()
+                if closed:
+                    log.warning("server stopping: %d live sessions recorded as lost", closed)
 
     app = FastAPI(
         title="gym-server",
@@ -74,8 +83,8 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.settings = settings
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
+    app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
-    app.router.routes[:0] = sessions.fast_routes()
     return app

@@ -17,7 +17,8 @@ text. A score outside the scale, or a ranking missing a rollout, is a parse fail
 Failures are never a score. A transport error, an HTTP error, or a reply that cannot be parsed is retried
 up to `max_attempts` times in all, with exponential backoff (429 and 5xx honour `Retry-After`, capped);
 other 4xx are not retried. When the attempts run out the result is a zero with failure `judge_failed`,
-which trainers must drop (not learn from) and which `stats` counts. A response is cut to
+which trainers must drop (not learn from) and which `stats` counts; the server's `/metrics` exports the
+same counters summed per judge model over the process (`gym_judge_*`). A response is cut to
 `max_response_chars` before it is shown to the judge, and it is fenced and labelled as untrusted in the
 prompt, but a judge model can still be talked into a score by the text it judges: pair it with a rubric
 gate (`verifiers.rubric`) for what can be checked without it.
@@ -38,8 +39,9 @@ import asyncio
 import math
 import random
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from string import Template
 from typing import Any
 
@@ -57,6 +59,7 @@ __all__ = [
     "JudgeStats",
     "LLMJudge",
     "PromptTemplate",
+    "judge_stats_by_model",
     "parse_judgement",
     "parse_ranking",
 ]
@@ -172,13 +175,35 @@ class JudgeConfig:
 
 @dataclass(slots=True)
 class JudgeStats:
-    """Counters for metrics: calls made, attempts retried, and results that ended `judge_failed`."""
+    """Counters of one judge, or of every judge of one model in this process (`judge_stats_by_model`).
+
+    Attributes:
+        judgements: `judge`/`rank` calls that finished, scored or `judge_failed`.
+        failures: judgements that ended `judge_failed` (no signal: trainers drop them).
+        requests: HTTP requests sent to the endpoint, retries included.
+        request_seconds: their total wall time (with `requests`, the mean latency).
+        retries: attempts after the first.
+        transport_errors: attempts that got no usable completion (connection, timeout, HTTP status).
+        parse_errors: completions with no valid score in them.
+    """
 
     requests: int = 0
     retries: int = 0
     failures: int = 0
     transport_errors: int = 0
     parse_errors: int = 0
+    judgements: int = 0
+    request_seconds: float = 0.0
+
+
+# Process-wide totals by judge model: what the server's /metrics exports. Judges come and go with the
+# environments that make them, so their own `stats` would make counters that go backwards.
+_totals: dict[str, JudgeStats] = {}
+
+
+def judge_stats_by_model() -> dict[str, JudgeStats]:
+    """A copy of the counters of every judge made in this process since it started, by judge model."""
+    return {model: replace(stats) for model, stats in _totals.items()}
 
 
 def parse_judgement(text: str, low: float = 0.0, high: float = 10.0) -> VerifierResult:
@@ -268,6 +293,7 @@ class LLMJudge:
         self.template = template
         self.rank_template = rank_template
         self.stats = JudgeStats()
+        self._totals = _totals.setdefault(config.model, JudgeStats())
         self._client = client or httpx.AsyncClient(timeout=config.timeout_s)
         self._owns_client = client is None
         self._url = config.base_url.rstrip("/") + "/chat/completions"
@@ -349,17 +375,18 @@ class LLMJudge:
         problem = "no attempt made"
         for attempt in range(1, self.config.max_attempts + 1):
             if attempt > 1:
-                self.stats.retries += 1
+                self._count("retries")
             try:
                 text = await self._complete(messages)
                 results = parse(text)
                 if all(result.failure is None for result in results):
+                    self._count("judgements")
                     return results
-                self.stats.parse_errors += 1
+                self._count("parse_errors")
                 problem = f"unparseable reply: {results[0].explanation}"
                 wait: float | None = None
             except JudgeError as exc:
-                self.stats.transport_errors += 1
+                self._count("transport_errors")
                 problem = str(exc)
                 if not exc.retry:
                     break
@@ -367,8 +394,13 @@ class LLMJudge:
             if attempt < self.config.max_attempts:
                 backoff = self.config.backoff_s * 2 ** (attempt - 1)
                 await asyncio.sleep(min(self.config.max_backoff_s, wait if wait is not None else backoff))
-        self.stats.failures += 1
+        self._count("judgements")
+        self._count("failures")
         return [_failed(f"judge failed after {attempt} attempt(s): {problem}")] * count
+
+    def _count(self, name: str, amount: float = 1) -> None:
+        for stats in (self.stats, self._totals):
+            setattr(stats, name, getattr(stats, name) + amount)
 
     async def _complete(self, messages: list[dict[str, str]]) -> str:
         body: dict[str, Any] = {
@@ -380,7 +412,8 @@ class LLMJudge:
         if self.config.json_mode:
             body["response_format"] = {"type": "json_object"}
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-        self.stats.requests += 1
+        self._count("requests")
+        started = time.perf_counter()
         try:
             reply = await self._client.post(
                 self._url, json=body, headers=headers, timeout=self.config.timeout_s
@@ -389,6 +422,8 @@ class LLMJudge:
             raise JudgeError(f"{type(exc).__name__} calling {self._url}: {exc}", retry=True) from exc
         except (TypeError, ValueError) as exc:  # the request could not even be encoded
             raise JudgeError(f"cannot encode the request: {exc}", retry=False) from exc
+        finally:
+            self._count("request_seconds", time.perf_counter() - started)
         if reply.status_code != 200:
             retry = reply.status_code in _RETRYABLE_STATUS
             raise JudgeError(

@@ -19,7 +19,14 @@ from starlette.responses import Response
 
 from gym_server.errors import GymError
 
-__all__ = ["PROBLEM_MEDIA_TYPE", "install_error_handlers", "parse_body", "problem", "problem_body"]
+__all__ = [
+    "PROBLEM_MEDIA_TYPE",
+    "install_error_handlers",
+    "on_gym_error",
+    "parse_body",
+    "problem",
+    "problem_body",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -74,7 +81,7 @@ def gym_error_problem(exc: GymError, instance: str | None = None) -> Response:
     )
 
 
-async def _on_gym_error(request: Request, exc: Exception) -> Response:
+async def on_gym_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GymError)
     if exc.status >= 500:
         log.error("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc.detail)
@@ -127,7 +134,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(GymError, _on_gym_error)
+    app.add_exception_handler(GymError, on_gym_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -6,8 +6,9 @@ up front; a chunked body is counted as it streams and buffered only up to the li
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gym_server.api.asgi import replay_body
 from gym_server.api.errors import gym_error_problem
 from gym_server.errors import InvalidRequest, PayloadTooLarge
 
@@ -49,17 +50,7 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -26,6 +26,8 @@ __all__ = [
     "StepRequest",
     "StepResponse",
     "TaskPage",
+    "TruncatedTurnRecorded",
+    "TruncatedTurnRequest",
     "VerifyRequest",
 ]
 
@@ -40,6 +42,17 @@ _EXAMPLE_CALL: dict[str, Any] = {
             "function": {"name": "search_inbox", "arguments": '{"query": "budget"}'},
         }
     ],
+}
+
+_EXAMPLE_CUT: dict[str, Any] = {
+    "content": '<tool_call>{"name": "add", "argu',
+    "turn_data": {
+        "turn": 3,
+        "env_ids": [151644, 872],
+        "completion_ids": [27, 14172, 28],
+        "logprobs": [-0.01, -0.4, -1.2],
+        "finish_reason": "length",
+    },
 }
 
 
@@ -117,6 +130,27 @@ class StepResponse(BaseModel):
     done: bool
     reward: float | None = Field(None, description="set when the step ended the episode")
     info: dict[str, Any]
+
+
+class TruncatedTurnRequest(BaseModel):
+    """POST /v1/sessions/{id}/truncated-turn: a turn the client cut at its token budget, for the record."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE_CUT]})
+
+    content: str = Field(description="the cut assistant text; the environment and its verifier never see it")
+    turn_data: dict[str, Any] | None = Field(
+        None, description="the turn's token ids, logprobs and finish reason, stored verbatim"
+    )
+
+    @field_validator("content")
+    @classmethod
+    def _content_text(cls, value: str) -> str:
+        return check_text(value)
+
+
+class TruncatedTurnRecorded(BaseModel):
+    turns: int = Field(description="turn records the trajectory holds now, this one included")
+    failure: str | None = Field(None, description="set when this turn crossed the transcript budget")
 
 
 class SessionState(BaseModel):

@@ -102,7 +102,7 @@ class ToolSpec:
                 f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()
             )
             return f"Error: invalid arguments for {self.name!r}: {problems}.", False
-        kwargs = {key: getattr(validated, key) for key in self.arguments.model_fields}
+        kwargs = dict(validated)  # the declared fields only: the argument model forbids extras
         try:
             result = self.function(owner, **kwargs)
             if inspect.isawaitable(result):

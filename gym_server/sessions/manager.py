@@ -81,6 +81,7 @@ class LiveSession:
     verified: VerifyResult | None = None
     verified_at_len: int = -1
     dirty: bool = False
+    truncated: bool = False
 
     def expires_at(self) -> datetime:
         idle = time.monotonic() - self.last_active
@@ -195,8 +196,7 @@ class SessionManager:
     ) -> StepResult:
         session = self._touch(session_id)
         async with session.lock:
-            if session.env.done:
-                raise SessionFinished(session_id, session.env.done_reason or "done")
+            self._check_open(session)
             started = time.perf_counter()
             try:
                 outcome = await step_with_deadline(session.env, message, self.settings.limits)
@@ -223,18 +223,47 @@ class SessionManager:
                 info["failure"] = session.failure
             return StepResult(messages=replies, done=session.env.done, reward=reward, info=info)
 
+    def _check_open(self, session: LiveSession) -> None:
+        if session.env.done:
+            raise SessionFinished(session.id, session.env.done_reason or "done")
+        if session.truncated:
+            # The cut turn never reached the environment, so no later turn could follow it in the
+            # token sequence the trainer holds.
+            raise SessionFinished(session.id, "a truncated turn ended it")
+
+    async def record_truncated_turn(
+        self, session_id: str, content: str, turn_data: dict[str, Any] | None = None
+    ) -> tuple[int, str | None]:
+        """Store a turn the client cut at its own budget, without stepping the environment.
+
+        The environment (and so its verifier) never sees `content`: the episode is scored on the state
+        its stepped turns left. The turn ends the episode for steps (409 afterwards); verify and close
+        work as before. Returns how many turn records the trajectory holds now, and the session's
+        failure class (the text may cross the transcript budget, as a step's message may).
+        """
+        session = self._touch(session_id)
+        async with session.lock:
+            self._check_open(session)
+            session.truncated = True
+            session.turn_data.append({**(turn_data or {}), "content": content, "truncated": True})
+            self._charge_bytes(session, len(orjson.dumps(content)))
+            session.last_active = self._clock()
+            session.dirty = True
+            return len(session.turn_data), session.failure
+
     def _apply_budgets(
         self, session: LiveSession, message: dict[str, Any], replies: list[dict[str, Any]]
     ) -> None:
-        session.transcript_bytes += len(orjson.dumps(message)) + len(orjson.dumps(replies))
-        if session.env.done:
-            return
-        if session.transcript_bytes > self.settings.limits.max_transcript_bytes:
-            session.failure = FailureClass.MAX_TRANSCRIPT_BYTES
-            session.env.finish("max_transcript_bytes")
-        elif session.env.turns >= session.max_turns:
+        self._charge_bytes(session, len(orjson.dumps(message)) + len(orjson.dumps(replies)))
+        if not session.env.done and session.env.turns >= session.max_turns:
             session.failure = FailureClass.MAX_TURNS
             session.env.finish("max_turns")
+
+    def _charge_bytes(self, session: LiveSession, size: int) -> None:
+        session.transcript_bytes += size
+        if not session.env.done and session.transcript_bytes > self.settings.limits.max_transcript_bytes:
+            session.failure = FailureClass.MAX_TRANSCRIPT_BYTES
+            session.env.finish("max_transcript_bytes")
 
     async def verify(self, session_id: str) -> VerifyResult:
         session = self._touch(session_id)

@@ -1,14 +1,53 @@
 """Prometheus metrics of the session layer, in a registry of their own per app.
 
 A registry per app (not the global default) keeps several apps in one process, as in tests, from
-clashing over metric names.
+clashing over metric names. The LLM judges' counters are process-wide (judges belong to environments,
+not to an app) and are read from `gym_server.verifiers.judge` at each scrape.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterator
 
-__all__ = ["SessionMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from gym_server.verifiers.judge import judge_stats_by_model
+
+__all__ = ["JudgeCollector", "SessionMetrics"]
+
+# (metric name without _total, help, JudgeStats field); every series is labelled with the judge model.
+_JUDGE_COUNTERS = (
+    ("gym_judge_judgements", "LLM judge calls (judge or rank) that finished, scored or not.", "judgements"),
+    (
+        "gym_judge_failed",
+        "LLM judge calls that ended judge_failed: no signal, trainers must drop them.",
+        "failures",
+    ),
+    ("gym_judge_requests", "HTTP requests sent to LLM judge endpoints, retries included.", "requests"),
+    ("gym_judge_request_seconds", "Wall time of those requests.", "request_seconds"),
+    ("gym_judge_retries", "LLM judge attempts after the first.", "retries"),
+    (
+        "gym_judge_transport_errors",
+        "LLM judge attempts without a usable completion (connection, timeout, HTTP status).",
+        "transport_errors",
+    ),
+    ("gym_judge_parse_errors", "LLM judge completions with no valid score.", "parse_errors"),
+)
+
+
+class JudgeCollector(Collector):
+    """Exports `JudgeStats` of every judge in the process, summed by judge model, as `gym_judge_*_total`."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        by_model = judge_stats_by_model()
+        for name, documentation, attribute in _JUDGE_COUNTERS:
+            family = CounterMetricFamily(name, documentation, labels=["model"])
+            for model, stats in sorted(by_model.items()):
+                family.add_metric([model], getattr(stats, attribute))
+            yield family
+
 
 # Steps are sub-millisecond when tools are in-memory; sandboxed tools take up to seconds.
 _STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -44,7 +83,14 @@ class SessionMetrics:
         self.store_pending = Gauge(
             "gym_store_pending_rows", "Trajectory rows waiting for the writer.", registry=self.registry
         )
+        self.registry.register(JudgeCollector())
+        self._steps_by_env: dict[str, Counter] = {}
 
     def observe_step(self, env: str, seconds: float) -> None:
-        self.steps.labels(env).inc()
+        # `labels()` validates and looks the child up under a lock on every call, more than the step
+        # of a trivial environment costs; the children never change, so each env's is kept here.
+        counter = self._steps_by_env.get(env)
+        if counter is None:
+            counter = self._steps_by_env[env] = self.steps.labels(env)
+        counter.inc()
         self.step_seconds.observe(seconds)

@@ -74,7 +74,9 @@ class TrajectoryRecord(BaseModel):
     verifier_version: str | None = None
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     turns: list[dict[str, Any]] = Field(
-        default_factory=list, description="per-turn token ids, logprobs and loss masks sent by a driver"
+        default_factory=list,
+        description="per-turn token ids, logprobs and loss masks sent by a driver; a turn cut at the "
+        "token budget is the last entry, with `truncated: true` and its text in `content`",
     )
     timings: dict[str, Any] = Field(default_factory=dict, description="step durations in ms and totals")
     metadata: dict[str, Any] = Field(default_factory=dict)

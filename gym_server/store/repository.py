@@ -33,6 +33,7 @@ __all__ = [
     "list_rescores",
     "list_trajectories",
     "mark_lost",
+    "page_trajectories",
     "record_to_row",
     "row_to_record",
     "select_trajectories",
@@ -71,9 +72,22 @@ class RescoreRecord(BaseModel):
     created_at: datetime
 
 
+# Stored as they are, not copied through pydantic (the writer's largest cost): the transcript is
+# JSON-native by construction (the session manager serializes it with plain orjson for its byte
+# budget), and so are tool schemas and driver token data. The other fields keep `model_dump`, which
+# turns a model nested in them (a verifier's info, say) into the dict the JSON column can store.
+_STORED_AS_IS = ("messages", "tools", "turns")
+
+# A name no column of the trajectories table has: the window count selected beside a page's rows.
+_TOTAL_LABEL = "matching_total"
+
+
 def record_to_row(record: TrajectoryRecord) -> dict[str, Any]:
     """The column values of `record`, keyed by column name; nested values are left to the JSON type."""
-    return record.model_dump()
+    row = record.model_dump(exclude=set(_STORED_AS_IS))
+    for name in _STORED_AS_IS:
+        row[name] = getattr(record, name)
+    return row
 
 
 def row_to_record(row: Row[Any]) -> TrajectoryRecord:
@@ -129,6 +143,28 @@ def list_trajectories(
     where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
     statement = select_trajectories(where).offset(offset).limit(limit)
     return [row_to_record(row) for row in session.execute(statement)]
+
+
+def page_trajectories(
+    session: Session, where: TrajectoryFilter, *, offset: int = 0, limit: int = 100
+) -> tuple[list[TrajectoryRecord], int]:
+    """One page of records matching `where`, newest first, and how many match in all.
+
+    Both come from one statement (a window count beside the rows), so they always agree: a SELECT and a
+    separate COUNT can straddle the writer's commit and answer "3 in all" beside an empty page. Only a
+    page past the end has no row to carry the total; then it is counted on its own.
+    """
+    matching = func.count().over().label(_TOTAL_LABEL)
+    statement = select_trajectories(where).add_columns(matching).offset(offset).limit(limit)
+    records: list[TrajectoryRecord] = []
+    total = 0
+    for row in session.execute(statement):
+        values = row._asdict()
+        total = values.pop(_TOTAL_LABEL)
+        records.append(TrajectoryRecord.model_validate(values))
+    if not records and offset > 0:
+        total = count_trajectories(session, **where.model_dump())
+    return records, total
 
 
 def count_trajectories(

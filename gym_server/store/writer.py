@@ -265,6 +265,13 @@ class TrajectoryStore:
         query = partial(repository.list_trajectories, run=run, env=env, task_id=task_id, status=status)
         return await self._call(partial(query, offset=offset, limit=limit))
 
+    async def page(
+        self, where: repository.TrajectoryFilter, *, offset: int = 0, limit: int = 100
+    ) -> tuple[builtins.list[TrajectoryRecord], int]:
+        """One page of stored records, newest first, and the number matching in all, read together."""
+        page = partial(repository.page_trajectories, where=where, offset=offset, limit=limit)
+        return await self._call(page)
+
     async def count(
         self,
         *,

@@ -14,6 +14,7 @@ import pytest
 
 from gym_server.errors import StoreUnavailable
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.repository import TrajectoryFilter
 from gym_server.store.writer import TrajectoryStore
 
 RecordFactory = Callable[..., TrajectoryRecord]
@@ -120,6 +121,44 @@ async def test_queries_through_the_store(store: TrajectoryStore, make_record: Re
     rescore = await store.add_rescore(records[4].id, reward=0.5, components={"a": 0.5}, verifier_version="v9")
     assert rescore.previous_reward is None
     assert await store.list_rescores(records[4].id) == [rescore]
+
+
+async def test_pages_carry_the_total_of_every_match(
+    store: TrajectoryStore, make_record: RecordFactory
+) -> None:
+    records = [make_record(run="paged") for _ in range(5)] + [make_record(run="other")]
+    for record in records:
+        store.record(record)
+    await store.flush()
+    paged = TrajectoryFilter(run="paged")
+    items, total = await store.page(paged, offset=1, limit=2)
+    assert ([r.id for r in items], total) == ([records[3].id, records[2].id], 5)
+    assert await store.page(paged, offset=5, limit=2) == ([], 5)  # past the end: counted on its own
+    assert await store.page(TrajectoryFilter(run="nobody")) == ([], 0)
+
+
+async def test_a_page_and_its_total_agree_while_the_writer_commits(
+    eager_store: TrajectoryStore, make_record: RecordFactory
+) -> None:
+    """Rows and total are read together: a page never says "3 in all" beside fewer items (a CI flake
+    once did, when a SELECT and a COUNT straddled one of the writer's commits)."""
+    records = [make_record(run="racing") for _ in range(40)]
+
+    async def write_one_at_a_time() -> None:
+        for record in records:
+            eager_store.record(record)
+            await asyncio.sleep(0.003)
+
+    writing = asyncio.create_task(write_one_at_a_time())
+    deadline = time.monotonic() + 30
+    total = 0
+    try:
+        while total < len(records):
+            items, total = await eager_store.page(TrajectoryFilter(run="racing"), limit=500)
+            assert len(items) == total
+            assert time.monotonic() < deadline, f"only {total} of {len(records)} stored after 30 s"
+    finally:
+        writing.cancel()
 
 
 async def test_a_record_the_database_rejects_is_skipped(

@@ -32,7 +32,14 @@ from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
 from gym_server.trainer_adapters.chat import Renderer
 from gym_server.trainer_adapters.client import GymAPIError, SessionInfo, StepResult, VerifyResult
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
+from gym_server.trainer_adapters.driver import (
+    CLIENT_FAILURES,
+    DriverConfig,
+    EpisodeSpec,
+    Rollout,
+    RolloutDriver,
+    summarize,
+)
 from gym_server.trainer_adapters.remote_chat import RemoteRenderer
 from gym_server.trainer_adapters.samplers import (
     ChatSampler,
@@ -45,8 +52,6 @@ from gym_server.trainer_adapters.samplers import (
 __all__ = ["ManagerBackend", "RolloutRunRequest", "router"]
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
-
-_CLIENT_FAILURES = frozenset({"policy_error", "policy_timeout"})
 
 
 class PolicySpec(BaseModel):
@@ -187,6 +192,15 @@ class ManagerBackend:
             raise _api_error(exc, "POST", f"/v1/sessions/{session_id}/step") from exc
         return StepResult(list(result.messages), result.done, result.reward, dict(result.info))
 
+    async def record_truncated_turn(
+        self, session_id: str, content: str, turn_data: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        try:
+            turns, failure = await self.manager.record_truncated_turn(session_id, content, turn_data)
+        except GymError as exc:
+            raise _api_error(exc, "POST", f"/v1/sessions/{session_id}/truncated-turn") from exc
+        return {"turns": turns, "failure": failure}
+
     async def verify(self, session_id: str) -> VerifyResult:
         try:
             result = await self.manager.verify(session_id)
@@ -196,7 +210,7 @@ class ManagerBackend:
 
     async def close(self, session_id: str, *, failure: str | None = None) -> None:
         try:
-            if failure in _CLIENT_FAILURES:
+            if failure in CLIENT_FAILURES:
                 session = self.manager.get(session_id)
                 session.failure = session.failure or failure
             await self.manager.close(session_id)
@@ -248,14 +262,8 @@ def _policy(body: RolloutRunRequest) -> tuple[TokenSampler | ChatSampler, Render
 
 
 async def _play(job: RolloutRun, driver: RolloutDriver, specs: list[EpisodeSpec], concurrency: int) -> None:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(spec: EpisodeSpec) -> None:
-        async with gate:
-            job.rollouts.append(await driver.run_episode(spec))
-
     try:
-        await asyncio.gather(*(one(spec) for spec in specs))
+        await driver.run_many(specs, concurrency, on_episode=lambda _, rollout: job.rollouts.append(rollout))
         job.status = "completed"
     except Exception as exc:  # a driver bug: the job fails, its finished episodes are stored anyway
         job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"

@@ -14,6 +14,7 @@ from gym_server.api.schemas import RolloutPage
 from gym_server.errors import RolloutNotFound
 from gym_server.rescoring import Rescorer
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.repository import TrajectoryFilter
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
 
@@ -28,8 +29,8 @@ async def list_rollouts(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RolloutPage:
-    items = await store.list(run=run, env=env, task_id=task_id, status=status, offset=offset, limit=limit)
-    total = await store.count(run=run, env=env, task_id=task_id, status=status)
+    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    items, total = await store.page(where, offset=offset, limit=limit)
     return RolloutPage(offset=offset, limit=limit, total=total, items=items)
 
 

@@ -1,25 +1,34 @@
-"""Stateful episodes: create, step, verify, inspect and close a session.
+"""Stateful episodes: create, step, verify, inspect and close a session, and record a turn the client
+cut at its token budget.
 
-The step route is the hot path: it validates only the incoming message, takes no database dependency,
-and answers with pre-serialized JSON.
+An episode is create, steps, verify and close, so those four are the hot path. `SessionFastPath`, an
+ASGI middleware, serves them straight from the ASGI messages (no routing, no dependency solving,
+pre-serialized JSON out) by calling the same functions as the FastAPI routes below, which stay the
+documented (OpenAPI) form of the API and take every request the fast path does not accept as is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response, status
-from starlette.routing import Route
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gym_server.api.asgi import has_json_content_type, read_body, replay_body
 from gym_server.api.deps import ManagerDep, StoreDep
-from gym_server.api.errors import parse_body
+from gym_server.api.errors import on_gym_error, parse_body
 from gym_server.api.schemas import (
     CreateSessionRequest,
     SessionCreated,
     SessionState,
     StepRequest,
     StepResponse,
+    TruncatedTurnRecorded,
+    TruncatedTurnRequest,
 )
 from gym_server.errors import GymError
 from gym_server.sdk.environment import VerifyResult
@@ -46,20 +55,15 @@ _STEP_REQUEST_SCHEMA = {
 }
 
 
-def _json(payload: dict[str, Any], status_code: int = 200) -> Response:
-    return Response(
-        orjson.dumps(payload, default=str), status_code=status_code, media_type="application/json"
-    )
+def _json(payload: dict[str, Any]) -> bytes:
+    return orjson.dumps(payload, default=str)
 
 
-@router.post(
-    "",
-    status_code=status.HTTP_201_CREATED,
-    response_model=SessionCreated,
-    summary="Start an episode",
-    responses={404: {"description": "unknown env or task"}, 429: {"description": "at capacity"}},
-)
-async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Response:
+def _response(body: bytes, status_code: int = 200) -> Response:
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
+async def _create(manager: SessionManager, body: CreateSessionRequest) -> bytes:
     session = await manager.create(
         body.env,
         task_id=body.task_id,
@@ -81,9 +85,30 @@ async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Res
             "tools": session.tools,
             "max_turns": session.max_turns,
             "expires_at": session.expires_at().isoformat(),
-        },
-        status.HTTP_201_CREATED,
+        }
     )
+
+
+async def _step(manager: SessionManager, session_id: str, body: StepRequest) -> bytes:
+    result = await manager.step(session_id, body.message.to_dict(), body.turn_data)
+    return _json(
+        {"messages": result.messages, "done": result.done, "reward": result.reward, "info": result.info}
+    )
+
+
+async def _verify(manager: SessionManager, session_id: str) -> bytes:
+    return (await manager.verify(session_id)).model_dump_json().encode()
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SessionCreated,
+    summary="Start an episode",
+    responses={404: {"description": "unknown env or task"}, 429: {"description": "at capacity"}},
+)
+async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Response:
+    return _response(await _create(manager, body), status.HTTP_201_CREATED)
 
 
 @router.post(
@@ -100,27 +125,37 @@ async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Res
     },
 )
 async def step_session(request: Request) -> Response:
-    """The hot path. It is also mounted as a plain Starlette route ahead of FastAPI's (see `fast_routes`),
-    so it takes only the request: no dependency solving, one pydantic validation straight from the
-    bytes, pre-serialized JSON out. FastAPI's copy of the route only documents it in OpenAPI."""
+    """One assistant message in; the environment's replies out, with the reward when the episode ends."""
+    # Reads its body itself (one validation straight from the bytes, as the fast path does), hence
+    # the request schema declared by hand above.
     manager: SessionManager = request.app.state.manager
     body = parse_body(await request.body(), StepRequest)
-    result = await manager.step(request.path_params["session_id"], body.message.to_dict(), body.turn_data)
-    return _json(
-        {"messages": result.messages, "done": result.done, "reward": result.reward, "info": result.info}
-    )
-
-
-def fast_routes() -> list[Route]:
-    """Starlette routes to put in front of the FastAPI router for the hottest endpoints."""
-    return [Route(f"{router.prefix}/{{session_id}}/step", step_session, methods=["POST"])]
+    return _response(await _step(manager, request.path_params["session_id"], body))
 
 
 @router.post(
     "/{session_id}/verify", response_model=VerifyResult, summary="Score the episode so far", responses=_ERRORS
 )
-async def verify_session(session_id: str, manager: ManagerDep) -> VerifyResult:
-    return await manager.verify(session_id)
+async def verify_session(session_id: str, manager: ManagerDep) -> Response:
+    return _response(await _verify(manager, session_id))
+
+
+@router.post(
+    "/{session_id}/truncated-turn",
+    response_model=TruncatedTurnRecorded,
+    summary="Record a turn cut at the client's token budget",
+    responses={**_ERRORS, 409: {"description": "the episode is finished, or already has a truncated turn"}},
+)
+async def record_truncated_turn(
+    session_id: str, body: TruncatedTurnRequest, manager: ManagerDep
+) -> TruncatedTurnRecorded:
+    """Append a turn the policy did not finish (cut at `max_tokens` or the episode's token budget) to
+    the trajectory's `turns`, marked `truncated: true`, so the stored record holds every token the
+    trainer saw. The environment is not stepped and its verifier never sees the text: the episode is
+    scored on the state its finished turns left. No step may follow (409); verify and close as usual.
+    The text counts towards the transcript budget like a step's message."""
+    turns, failure = await manager.record_truncated_turn(session_id, body.content, body.turn_data)
+    return TruncatedTurnRecorded(turns=turns, failure=failure)
 
 
 @router.get("/{session_id}", response_model=SessionState, summary="Transcript and state", responses=_ERRORS)
@@ -149,6 +184,78 @@ async def close_session(
 ) -> Response:
     await manager.close(session_id, failure=failure)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _plain_create_body(scope: Scope, raw: bytes) -> CreateSessionRequest | None:
+    """The create body if it is plain JSON that validates; else None, and FastAPI's route answers."""
+    if not has_json_content_type(scope):
+        return None
+    try:
+        return CreateSessionRequest.model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+class SessionFastPath:
+    """ASGI middleware serving the episode's routes (create, step, verify, close) without FastAPI.
+
+    FastAPI's routing, dependency solving and middleware cost more than the session work itself; here
+    each route is a path split and a call of the function its FastAPI route calls. Whatever this does
+    not take as is (a root path, a create body that is not plain `application/json` or fails
+    validation, a step body that fails validation, a close with a query string, another method or
+    path) goes on to FastAPI with its body replayed, so errors come out exactly as the routes make
+    them. Manager errors become the same problem+json as the app's handler makes; anything else
+    propagates to the app's catch-all, as from a route.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"] if scope["type"] == "http" else ""
+        if not path.startswith(router.prefix) or scope.get("root_path"):
+            await self.app(scope, receive, send)
+            return
+        method, rest = scope["method"], path[len(router.prefix) :]
+        session_id, slash, action = rest[1:].partition("/")
+        work: Awaitable[bytes | None]
+        if rest == "" and method == "POST":
+            raw = await read_body(receive)
+            create = _plain_create_body(scope, raw)
+            if create is None:
+                await self.app(scope, replay_body(raw, receive), send)
+                return
+            work, status_code = _create(scope["app"].state.manager, create), status.HTTP_201_CREATED
+        elif not rest.startswith("/") or not session_id or "/" in action:
+            await self.app(scope, receive, send)
+            return
+        elif action == "step" and method == "POST":
+            raw = await read_body(receive)
+            try:
+                step = parse_body(raw, StepRequest)
+            except RequestValidationError:
+                await self.app(scope, replay_body(raw, receive), send)
+                return
+            work, status_code = _step(scope["app"].state.manager, session_id, step), status.HTTP_200_OK
+        elif action == "verify" and method == "POST":
+            work, status_code = _verify(scope["app"].state.manager, session_id), status.HTTP_200_OK
+        elif not slash and method == "DELETE" and not scope["query_string"]:
+            work, status_code = scope["app"].state.manager.close(session_id), status.HTTP_204_NO_CONTENT
+        else:
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await work
+        except GymError as exc:
+            await (await on_gym_error(Request(scope), exc))(scope, receive, send)
+            return
+        if body is None:  # as Starlette answers a 204: no content headers
+            await send({"type": "http.response.start", "status": status_code, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def _live_state(session: LiveSession) -> SessionState:

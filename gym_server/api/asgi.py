@@ -1,0 +1,42 @@
+"""Raw ASGI helpers for the middleware that reads a body before deciding who answers the request."""
+
+from __future__ import annotations
+
+from starlette.requests import ClientDisconnect
+from starlette.types import Message, Receive, Scope
+
+__all__ = ["has_json_content_type", "read_body", "replay_body"]
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body; a client gone before its end raises `ClientDisconnect`, as in Starlette."""
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        return bytes(message.get("body", b""))  # the usual case: the body came in one message
+    chunks: list[bytes] = []
+    while True:
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+        message = await receive()
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands out `body` (already read) in one message, then defers to `receive`."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def has_json_content_type(scope: Scope) -> bool:
+    """Whether the request says `Content-Type: application/json`, exactly (what JSON clients send)."""
+    return any(name == b"content-type" and value == b"application/json" for name, value in scope["headers"])
