@@ -2,10 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import orjson
+
+T = TypeVar("T")
+
+# Stored trajectories appear when the writer thread flushes; on a loaded 2-core machine that can take
+# seconds, so waits are generous deadlines, never a fixed number of tries.
+STORE_WAIT_S = 30.0
+
+
+def poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout_s: float = STORE_WAIT_S) -> T:
+    """`fetch()` again every 50 ms until `done(value)`, then that value; AssertionError at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not done after {timeout_s:.0f} s: {value!r:.500}")
+        time.sleep(0.05)
+
+
+async def apoll(
+    fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout_s: float = STORE_WAIT_S
+) -> T:
+    """`poll` for an async `fetch`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not done after {timeout_s:.0f} s: {value!r:.500}")
+        await asyncio.sleep(0.05)
 
 
 def call(name: str, arguments: Any = None, call_id: str = "c0") -> dict[str, Any]:
@@ -58,19 +93,12 @@ async def solve_counter(client: httpx.AsyncClient, session_id: str) -> dict[str,
 
 
 async def wait_for_rollout(
-    client: httpx.AsyncClient, rollout_id: str, status: str, timeout_s: float = 10.0
+    client: httpx.AsyncClient, rollout_id: str, status: str, timeout_s: float = STORE_WAIT_S
 ) -> dict[str, Any]:
     """Poll the store (the writer batches) until the trajectory reaches `status`."""
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        response = await client.get(f"/v1/rollouts/{rollout_id}")
-        if response.status_code == 200:
-            last = response.json()
-            if last["status"] == status:
-                return dict(last)
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"rollout {rollout_id} did not reach {status}: {last}")
+    response = await apoll(
+        lambda: client.get(f"/v1/rollouts/{rollout_id}"),
+        lambda r: r.status_code == 200 and r.json()["status"] == status,
+        timeout_s,
+    )
+    return dict(response.json())

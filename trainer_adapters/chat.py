@@ -74,6 +74,8 @@ class TokenizerLike(Protocol):
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any: ...
 
+    def __len__(self) -> int: ...
+
 
 class Renderer(Protocol):
     """What the rollout driver needs to keep an episode's tokens exact. Async so that a renderer may
@@ -176,7 +178,16 @@ class ChatRenderer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Exact text of token ids, special tokens included (the invariant tests compare with this)."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        return self.tokenizer.decode(self._known(ids), skip_special_tokens=False)
+
+    def _known(self, ids: Sequence[int]) -> list[int]:
+        """The ids, if all are in the vocabulary: tokenizers decode unknown ids to nothing, silently,
+        and a trainer would then index past its embedding table."""
+        size = len(self.tokenizer)
+        unknown = [i for i in ids if not 0 <= i < size]
+        if unknown:
+            raise ValueError(f"token ids outside the vocabulary of {size}: {unknown[:5]}")
+        return list(ids)
 
     def render_prompt(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
@@ -206,7 +217,7 @@ class ChatRenderer:
 
     def completion_text(self, ids: Sequence[int]) -> str:
         """The text of a sampled turn for parsing: without its end-of-turn token or other specials."""
-        body = list(ids)
+        body = self._known(ids)
         while body and body[-1] in self.eos_token_ids:
             body.pop()
         return self.tokenizer.decode(body, skip_special_tokens=True)

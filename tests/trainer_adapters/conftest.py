@@ -3,14 +3,21 @@ token policy whose every output is known, so the driver's token bookkeeping can 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import make_settings
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from gym_server.app import create_app
 from gym_server.trainer_adapters.client import GymClient
@@ -107,27 +114,168 @@ def scripted() -> type[ScriptedSampler]:
     return ScriptedSampler
 
 
-@pytest.fixture
-def policy_url(tiny_model: Any, tiny_tokenizer: Any) -> Iterator[str]:
-    """The tiny model behind `create_policy_app`, served by uvicorn on a loopback port in a thread."""
-    import threading
-    import time
+@dataclass
+class Served:
+    """An ASGI app served by uvicorn on a loopback port in a thread of this process."""
 
+    url: str
+    server: Any
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        """Shut the server down: its port refuses connections afterwards, as if the process died."""
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[Served]:
     import uvicorn
     from conftest import free_port
 
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    served = Served(f"http://127.0.0.1:{port}", server, threading.Thread(target=server.run, daemon=True))
+    served.thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def policy_url(tiny_model: Any, tiny_tokenizer: Any) -> Iterator[str]:
+    """The tiny model behind `create_policy_app`, served by uvicorn on a loopback port in a thread."""
     from gym_server.trainer_adapters.policy_server import create_policy_app
 
     app = create_policy_app(tiny_model, tiny_tokenizer, name="tiny", max_batch=16)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "policy server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve_in_thread(app) as served:
+        yield served.url
     app.state.policy.engine.stop()
+
+
+class FakeVLLM:
+    """A stand-in for `vllm serve` on a GPU, which this machine does not have: vLLM's token-in
+    `/v1/completions` fields (`prompt` as ids, `return_token_ids`, `logprobs`, `choices[].token_ids`,
+    `logprobs.token_logprobs`), `/tokenize` and `/detokenize`, served over real HTTP on loopback.
+
+    Completions answer from `script`, one entry per request (retries included): a text is tokenized by
+    the tiny tokenizer and ends with its EOS, each token's logprob being -0.01 times its position plus
+    one (so tests can tell them apart); an entry starting with "!" is a fault (see `_fault`). It
+    refuses what vLLM refuses: an unknown model (404) and prompt ids outside the vocabulary (400).
+    """
+
+    def __init__(self, tokenizer: Any, models: Sequence[str] = ("base", "counter-lora")) -> None:
+        from gym_server.trainer_adapters.chat import ChatRenderer
+
+        self.tokenizer = tokenizer
+        self.renderer = ChatRenderer(tokenizer)
+        self.models = set(models)
+        self.script: list[str] = []
+        self.requests: list[dict[str, Any]] = []
+        self.served: Served | None = None
+        self.release = threading.Event()
+        app = FastAPI()
+
+        def refuse(status: int, message: str) -> Response:
+            return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> Response:
+            body = await request.json()
+            self.requests.append(body)
+            if body.get("model") not in self.models:
+                return refuse(404, f"The model `{body.get('model')}` does not exist.")
+            if not self._known(body.get("prompt")):
+                return refuse(400, "prompt token ids out of vocabulary")
+            entry = self.script.pop(0)
+            if entry == "!hang":  # a request that never gets an answer (until the test ends)
+                await asyncio.to_thread(self.release.wait, 60)
+                entry = "!503"
+            if entry.startswith("!"):
+                return self._fault(entry, body)
+            ids = [*tokenizer.encode(entry, add_special_tokens=False), int(tokenizer.eos_token_id)]
+            return JSONResponse(self._answer(body, ids[: body["max_tokens"]], "stop"))
+
+        @app.post("/tokenize")
+        async def tokenize(request: Request) -> Response:
+            body = await request.json()
+            if body.get("messages") is not None:
+                text = self.renderer.render_messages(
+                    body["messages"], body.get("tools"), bool(body.get("add_generation_prompt", True))
+                )
+                return JSONResponse({"tokens": self.renderer.encode(text)})
+            tokens = tokenizer.encode(body["prompt"], add_special_tokens=bool(body.get("add_special_tokens")))
+            return JSONResponse({"tokens": list(tokens)})
+
+        @app.post("/detokenize")
+        async def detokenize(request: Request) -> Response:
+            tokens = (await request.json())["tokens"]
+            if not self._known(tokens):
+                return refuse(400, "token ids out of vocabulary")
+            return JSONResponse({"prompt": tokenizer.decode(tokens, skip_special_tokens=False)})
+
+        self.app = app
+
+    @property
+    def url(self) -> str:
+        assert self.served is not None
+        return self.served.url
+
+    def _known(self, ids: Any) -> bool:
+        size = len(self.tokenizer)
+        return isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < size for i in ids)
+
+    def _answer(self, body: dict[str, Any], ids: list[int], finish: str) -> dict[str, Any]:
+        logprobs: list[Any] = [-0.01 * (k + 1) for k in range(len(ids))]
+        return {
+            "id": f"cmpl-{len(self.requests)}",
+            "object": "text_completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "text": self.tokenizer.decode(ids, skip_special_tokens=False),
+                    "logprobs": {"token_logprobs": logprobs, "tokens": [f"t{i}" for i in ids]},
+                    "finish_reason": finish,
+                    "prompt_token_ids": body["prompt"],
+                    "token_ids": ids,
+                }
+            ],
+            "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)},
+        }
+
+    def _fault(self, entry: str, body: dict[str, Any]) -> Response:
+        """`!500`/`!503`: that status; `!garbage`: a 200 that is not JSON; `!mismatch`: fewer logprobs
+        than ids; `!nan`: a null logprob; `!oov`: an id outside the vocabulary; `!empty`: no tokens;
+        `!endless`: `max_tokens` tokens without an EOS (`finish_reason: length`)."""
+        eos = int(self.tokenizer.eos_token_id)
+        if entry in ("!500", "!503"):
+            return JSONResponse({"error": {"message": "engine down"}}, status_code=int(entry[1:]))
+        if entry == "!garbage":
+            return PlainTextResponse("<html>upstream hiccup</html>")
+        if entry == "!endless":
+            x = self.tokenizer.encode("x", add_special_tokens=False)[0]
+            return JSONResponse(self._answer(body, [x] * body["max_tokens"], "length"))
+        ids = {"!empty": [], "!oov": [len(self.tokenizer) + 7, eos]}.get(entry, [87, eos])
+        answer = self._answer(body, ids, "stop")
+        logprobs = answer["choices"][0]["logprobs"]["token_logprobs"]
+        if entry == "!mismatch":
+            logprobs.pop()
+        elif entry == "!nan":
+            logprobs[0] = None
+        return answer
+
+
+@pytest.fixture
+def fake_vllm(tiny_tokenizer: Any) -> Iterator[FakeVLLM]:
+    """A `FakeVLLM` on a loopback port; `fake_vllm.served.stop()` kills it."""
+    fake = FakeVLLM(tiny_tokenizer)
+    with serve_in_thread(fake.app) as served:
+        fake.served = served
+        yield fake
+        fake.release.set()

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import orjson
 import pytest
 import typer
 from conftest import ServerProcess
+from gymtest import poll
 from typer.testing import CliRunner
 
 from gym_server.cli.rollouts import confidence_interval, evaluate, rollout
+from gym_server.trainer_adapters.toolcalls import render_tool_call
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +44,7 @@ def test_eval_resumes_and_rollout_writes_token_data(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "mean reward" in result.output and "success rate" in result.output
+    assert "reached" in result.output and "submitted" in result.output  # per-component means
     lines = out.read_bytes().splitlines()
     assert len(lines) == 4
     first = orjson.loads(lines[0])
@@ -49,6 +58,8 @@ def test_eval_resumes_and_rollout_writes_token_data(
     assert sorted((r["task_id"], r["sample"]) for r in records) == sorted(
         (orjson.loads(line)["task_id"], orjson.loads(line)["sample"]) for line in lines
     )
+    # Only the cut episode was played again: 4 + 1 sessions in the gym, not 4 + 4.
+    assert stored_rows(server.url, "eval-counter-validation")["total"] == 5
 
     data = tmp_path / "rollouts.jsonl"
     collected = CliRunner().invoke(
@@ -64,3 +75,88 @@ def test_eval_resumes_and_rollout_writes_token_data(
     for row in rows:
         assert len(row["completion_ids"]) == len(row["logprobs"]) == len(row["env_mask"]) > 0
         assert row["prompt_ids"]
+    # The same episodes are in the store under the run (their tokens: see the scripted test below).
+    stored = stored_rows(server.url, "collect")
+    assert {item["id"] for item in stored["items"]} == {row["session_id"] for row in rows}
+
+
+def test_rollout_stores_the_tokens_it_writes(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path, fake_vllm: Any
+) -> None:
+    """With a scripted policy (the vLLM stand-in), every turn reaches the gym, a turn cut at the token
+    budget included, so the stored turns must rebuild exactly the JSONL's prompt and completion ids and
+    logprobs."""
+    server = server_factory(f"sqlite:///{tmp_path / 'gym.db'}", GYM_LOG_LEVEL="warning")
+    server.start()
+    # One episode at a time: the first submits, the second is cut in its second turn.
+    fake_vllm.script = [render_tool_call("read", {}), render_tool_call("submit", {})]
+    fake_vllm.script += [render_tool_call("read", {}), "!endless"]
+    data = tmp_path / "rollouts.jsonl"
+    args = ["rollout", "counter", "--gym", server.url, "--policy", fake_vllm.url, "--model", "counter-lora"]
+    args += ["--limit", "1", "-n", "2", "--concurrency", "1", "--output", str(data), "--run", "scripted"]
+    collected = CliRunner().invoke(app, args)
+    assert collected.exit_code == 0, collected.output
+    rows = [orjson.loads(line) for line in data.read_bytes().splitlines()]
+    stored = {item["id"]: item for item in stored_rows(server.url, "scripted")["items"]}
+    assert len(rows) == 2 and set(stored) == {row["session_id"] for row in rows}
+    assert sorted(row["stop_reason"] for row in rows) == ["done", "max_completion_tokens"]
+    for row in rows:
+        assert row["num_turns"] == 2
+        turns = stored[row["session_id"]]["turns"]
+        cut = row["stop_reason"] == "max_completion_tokens"
+        assert [bool(turn.get("truncated")) for turn in turns] == [False, cut]
+        assert turns[0]["prompt_ids"] == row["prompt_ids"]
+        assert [t for turn in turns for t in turn["env_ids"] + turn["completion_ids"]] == row[
+            "completion_ids"
+        ]
+        model_logprobs = [lp for lp, m in zip(row["logprobs"], row["env_mask"], strict=True) if m]
+        assert [lp for turn in turns for lp in turn["logprobs"]] == model_logprobs
+        assert stored[row["session_id"]]["policy"]["model"] == "counter-lora"
+
+
+def stored_rows(gym_url: str, run: str) -> dict[str, Any]:
+    """The gym's stored trajectories of a run, once none is live any more (the writer batches)."""
+    page: dict[str, Any] = poll(
+        lambda: httpx.get(f"{gym_url}/v1/rollouts", params={"run": run, "limit": 100}).json(),
+        lambda page: bool(page["items"]) and all(item["status"] != "live" for item in page["items"]),
+    )
+    return page
+
+
+def test_an_interrupted_eval_closes_its_open_episode_and_resumes(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path, fake_vllm: Any
+) -> None:
+    """Ctrl-C for real: `gym-server eval` in its own process, interrupted while the policy is busy."""
+    server = server_factory(f"sqlite:///{tmp_path / 'gym.db'}", GYM_LOG_LEVEL="warning")
+    server.start()
+    submit = render_tool_call("submit", {})
+    fake_vllm.script = [submit, submit, "!hang"]
+    out = tmp_path / "eval.jsonl"
+    args = ["eval", "counter", "--gym", server.url, "--policy", fake_vllm.url, "--model", "base"]
+    args += ["--limit", "4", "--concurrency", "1", "--output", str(out), "--run", "interrupted"]
+    command = [sys.executable, "-c", "from gym_server.cli.main import app; app()", *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while len(fake_vllm.requests) < 3:  # two episodes done, the third waiting for the policy
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        output = process.communicate(timeout=30)[0].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, output
+    assert "run again to resume" in " ".join(output.split())  # rich wraps lines
+    assert len(out.read_bytes().splitlines()) == 2
+    # The interrupted episode's session was closed, not left live until its TTL.
+    assert httpx.get(f"{server.url}/readyz").json()["live_sessions"] == 0, output
+
+    fake_vllm.script = [submit, submit]
+    resumed = CliRunner().invoke(app, args)
+    assert resumed.exit_code == 0, resumed.output
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert len(records) == 4 and len({r["task_id"] for r in records}) == 4
+    assert not fake_vllm.script and len(fake_vllm.requests) == 5  # only the two missing episodes ran
+    statuses = sorted(item["status"] for item in stored_rows(server.url, "interrupted")["items"])
+    assert statuses == ["abandoned", "completed", "completed", "completed", "completed"]

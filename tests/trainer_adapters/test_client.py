@@ -7,15 +7,20 @@ Unit tests drive it over `httpx.MockTransport`; the capacity and concurrency tes
 from __future__ import annotations
 
 import asyncio
+import signal
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
+import orjson
 import pytest
 from conftest import ServerProcess
-from gymtest import call
+from gymtest import apoll, call, poll
+from store.conftest import _outage as database_down
+from store.conftest import throwaway_postgres
 
 from gym_server.trainer_adapters.client import (
     GymAPIError,
@@ -24,8 +29,8 @@ from gym_server.trainer_adapters.client import (
     GymUnavailable,
     RetryPolicy,
     SyncGymClient,
-    _retry_after,
 )
+from gym_server.trainer_adapters.client.retry import retry_after
 
 FAST = RetryPolicy(attempts=4, backoff_s=0.001, max_backoff_s=0.01, max_retry_after_s=0.05)
 CREATED = {
@@ -148,10 +153,10 @@ async def test_sessions_stay_on_the_replica_that_created_them() -> None:
 
 
 def test_retry_after_reads_seconds_and_http_dates() -> None:
-    assert _retry_after(httpx.Response(429, headers={"Retry-After": "3"})) == 3.0
-    assert _retry_after(httpx.Response(429)) is None
-    assert _retry_after(httpx.Response(429, headers={"Retry-After": "soon"})) is None
-    past = _retry_after(httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}))
+    assert retry_after(httpx.Response(429, headers={"Retry-After": "3"})) == 3.0
+    assert retry_after(httpx.Response(429)) is None
+    assert retry_after(httpx.Response(429, headers={"Retry-After": "soon"})) is None
+    past = retry_after(httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}))
     assert past == 0.0
 
 
@@ -159,6 +164,8 @@ def test_backoff_is_capped() -> None:
     policy = RetryPolicy(backoff_s=1.0, max_backoff_s=2.0, max_retry_after_s=5.0)
     assert all(policy.delay(attempt, None) <= 2.0 for attempt in range(20))
     assert policy.delay(0, 3600.0) == 5.0
+    with pytest.raises(ValueError, match="at least 1"):
+        RetryPolicy(attempts=0)
 
 
 # -- against a real server process -----------------------------------------------------------------
@@ -242,12 +249,156 @@ def test_sync_client_plays_an_episode(server_factory: Callable[..., ServerProces
         assert finished.done and finished.reward is not None
         gym.close(session.session_id)
         gym.close(session.session_id)  # idempotent
-        stored: dict[str, Any] = {}
-        for _ in range(100):
-            stored = gym.get_rollout(session.session_id)
-            if stored["status"] != "live":
-                break
-            time.sleep(0.05)
+        stored = poll(lambda: gym.get_rollout(session.session_id), lambda row: row["status"] != "live")
         assert stored["turns"] == [{"completion_ids": [1, 2]}]
+        cut = gym.create_session("counter", task_id="counter-0001", run="sync")
+        recorded = gym.record_truncated_turn(cut.session_id, "half a", {"completion_ids": [3]})
+        assert recorded == {"turns": 1, "failure": None}
+        gym.close(cut.session_id)
+        row = poll(lambda: gym.get_rollout(cut.session_id), lambda row: row["status"] != "live")
+        assert row["turns"] == [{"completion_ids": [3], "content": "half a", "truncated": True}]
         score = gym.verify_stateless("math", task_id="math-00000", completion="\\boxed{0}")
         assert 0.0 <= score.reward <= 1.0
+
+
+# -- a dropped connection: resent only when the server provably never read the request ---------------
+
+
+class OneShotServer:
+    """A raw TCP server on loopback whose first connection misbehaves, then answers like the gym.
+
+    `unread`: the first connection is closed with the request still unread in its socket buffer, so the
+    kernel resets it (what uvicorn does when its keep-alive timer fires before it reads a request).
+    Otherwise the first connection reads the whole request, then closes without answering (a server
+    that died mid-request: the request may have been applied). Blocking sockets in a thread, because an
+    asyncio server would read the request into its own buffer before the test could leave it unread.
+    """
+
+    def __init__(self, unread: bool) -> None:
+        self.unread = unread
+        self.requests_read = 0
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(10)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join(timeout=10)
+        self.listener.close()
+
+    def _read_request(self, conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        while len(body) < length:
+            body += conn.recv(65536)
+        self.requests_read += 1
+
+    def _serve(self) -> None:
+        for attempt in range(2):
+            conn, _ = self.listener.accept()
+            self.connections += 1
+            with conn:
+                if attempt == 0 and self.unread:
+                    time.sleep(0.2)  # the request arrives and is never read
+                    continue
+                self._read_request(conn)
+                if attempt == 0:
+                    return  # closed after reading: a client must not send it again
+                body = orjson.dumps(CREATED)
+                head = f"HTTP/1.1 201 Created\r\ncontent-length: {len(body)}\r\n"
+                conn.sendall(head.encode() + b"content-type: application/json\r\n\r\n" + body)
+
+
+async def test_a_request_reset_unread_is_resent_even_when_not_idempotent() -> None:
+    shot = OneShotServer(unread=True)
+    with shot as url:
+        async with GymClient(url, retry=FAST) as gym:
+            session = await gym.create_session("counter", task_id="counter-0000")
+    assert session.session_id == "s1"
+    assert (shot.connections, shot.requests_read, gym.retries) == (2, 1, 1)
+
+
+async def test_a_request_the_server_read_is_not_resent_when_not_idempotent() -> None:
+    shot = OneShotServer(unread=False)
+    with shot as url:
+        async with GymClient(url, retry=FAST) as gym:
+            with pytest.raises(GymTransportError):
+                await gym.create_session("counter", task_id="counter-0000")
+    assert (shot.connections, shot.requests_read, gym.retries) == (1, 1, 0)
+
+
+@pytest.mark.slow
+async def test_a_stalled_server_drops_requests_unread_and_the_client_resends_them(
+    server_factory: Callable[..., ServerProcess], sqlite_url: str
+) -> None:
+    """A server stopped past its 5 s keep-alive closes its idle connections on waking, before it reads
+    the requests already waiting in them; each was never applied, so each is sent again, once."""
+    server = server_factory(sqlite_url, GYM_LOG_LEVEL="warning")
+    server.start()
+    assert server.process is not None
+    n = 16
+    async with GymClient(server.url, max_connections=n) as gym:
+        await asyncio.gather(*(gym.request("GET", "/readyz") for _ in range(n)))  # n kept-alive sockets
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            pending = [
+                asyncio.create_task(gym.create_session("counter", task_id="counter-0000", seed=i))
+                for i in range(n)
+            ]
+            await asyncio.sleep(6.5)
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        sessions = await asyncio.wait_for(asyncio.gather(*pending), timeout=60)
+        assert len({s.session_id for s in sessions}) == n
+        assert (await gym.request("GET", "/readyz")).json()["live_sessions"] == n  # none created twice
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[str]:
+    with throwaway_postgres() as url:
+        yield url
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_a_503_from_a_real_database_outage_honours_retry_after_and_is_bounded(
+    server_factory: Callable[..., ServerProcess], private_postgres: str
+) -> None:
+    server = server_factory(private_postgres, GYM_LOG_LEVEL="warning")
+    server.start()
+    cap = 0.4  # the gym asks for 5 s; the policy caps it, and the backoff alone would be milliseconds
+    impatient = RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.002, max_retry_after_s=cap)
+    async with GymClient(server.url, retry=impatient) as gym:
+        session = await gym.create_session("counter", task_id="counter-0000", run="outage")
+        await gym.close(session.session_id)
+        # Listing reads the database itself, once the writer has flushed the row.
+        await apoll(lambda: gym.list_rollouts(run="outage"), lambda page: page["total"] == 1)
+        before = gym.retries
+        with database_down(private_postgres):
+            started = time.monotonic()
+            with pytest.raises(GymUnavailable) as info:
+                await gym.list_rollouts(run="outage")
+            elapsed = time.monotonic() - started
+        assert info.value.status == 503
+        assert gym.retries - before == impatient.attempts - 1
+        assert elapsed >= (impatient.attempts - 1) * cap
+
+    patient = RetryPolicy(attempts=20, backoff_s=0.001, max_backoff_s=0.002, max_retry_after_s=0.2)
+    async with GymClient(server.url, retry=patient) as gym:
+        with database_down(private_postgres):
+            waiting = asyncio.create_task(gym.list_rollouts(run="outage"))
+            await asyncio.sleep(0.5)
+            assert not waiting.done()  # answered 503, waiting to ask again
+        page = await asyncio.wait_for(waiting, timeout=30)  # the database is back: the retry succeeds
+        assert page["items"][0]["id"] == session.session_id and gym.retries >= 2

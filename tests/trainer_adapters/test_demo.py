@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -11,14 +12,19 @@ from typer.testing import CliRunner
 
 from gym_server.cli.demo import demo
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
 
-def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
-    pytest.importorskip("trl")
+def run_demo(*args: str) -> Any:
     app = typer.Typer()
     app.command()(demo)
-    result = CliRunner().invoke(app, ["--model", "tiny", "--steps", "2", "--output", str(tmp_path)])
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.slow
+def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    result = run_demo("--model", "tiny", "--steps", "2", "--output", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert "success rate" in result.output
     png = (tmp_path / "reward_curve.png").read_bytes()
@@ -26,3 +32,20 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "demo.json").read_text())
     assert record["before"]["episodes"] == record["after"]["episodes"] == 32
     assert len(record["train_reward_per_step"]) == 2
+
+
+@pytest.mark.parametrize("shaping", ["extracted", "extracted=lots"])
+def test_a_malformed_shaping_weight_is_refused_before_anything_starts(tmp_path: Path, shaping: str) -> None:
+    pytest.importorskip("trl")
+    result = run_demo("--model", "tiny", "--shaping", shaping, "--output", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert "COMPONENT=WEIGHT" in result.output
+    assert not (tmp_path / "out").exists()  # refused before a gym, a model or the output folder
+
+
+def test_an_environment_the_gym_lacks_is_named_before_the_model_loads(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    result = run_demo("--model", "smollm2", "--env", "reasoning_gym/no_such_task", "--output", str(tmp_path))
+    assert result.exit_code == 2
+    assert "no environment 'reasoning_gym/no_such_task'" in result.output
+    assert "gym-server[reasoning-gym]" in result.output

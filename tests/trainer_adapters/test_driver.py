@@ -51,6 +51,22 @@ def assert_token_invariants(rollout: Rollout, renderer: ChatRenderer) -> None:
     assert env_spans == [renderer.render_delta(r).text for r in replies[: len(env_spans)]]
 
 
+def assert_stored_turns_rebuild(stored: dict[str, Any], rollout: Rollout, renderer: ChatRenderer) -> None:
+    """The gym's stored `turns` hold exactly the tokens the trainer gets, a cut last turn included."""
+    turns = stored["turns"]
+    assert turns[0]["prompt_ids"] == rollout.prompt_ids
+    assert [tok for t in turns for tok in t["env_ids"] + t["completion_ids"]] == rollout.completion_ids
+    model_logprobs = [lp for lp, m in zip(rollout.logprobs, rollout.env_mask, strict=True) if m]
+    assert [lp for t in turns for lp in t["logprobs"]] == model_logprobs
+    assert [t["turn"] for t in turns] == list(range(rollout.num_turns))
+    if rollout.completion_ids[-1] in renderer.eos_token_ids:
+        assert not any(t.get("truncated") for t in turns)
+    else:
+        assert [t.get("truncated", False) for t in turns] == [False] * (len(turns) - 1) + [True]
+        assert turns[-1]["finish_reason"] == "length"
+        assert turns[-1]["content"] == renderer.completion_text(turns[-1]["completion_ids"])
+
+
 def _replies_after_each_turn(transcript: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     groups: list[list[dict[str, Any]]] = []
     for message in transcript:
@@ -99,12 +115,9 @@ async def test_a_solved_counter_episode_is_token_exact(
     stored = await gym_client.wait_for_rollout(rollout.session_id or "")
     assert stored["status"] == "completed" and stored["reward"] == 1.0
     assert stored["policy"]["model"] == "scripted" and stored["policy"]["sampling"]["temperature"] == 1.0
-    turns = stored["turns"]
-    assert [t["turn"] for t in turns] == [0, 1, 2, 3]
-    assert turns[0]["prompt_ids"] == rollout.prompt_ids
-    rebuilt = [tok for t in turns for tok in t["env_ids"] + t["completion_ids"]]
-    assert rebuilt == rollout.completion_ids
-    assert [lp for t in turns for lp in t["logprobs"]] == [-0.5] * rollout.env_mask.count(1)
+    assert [t["turn"] for t in stored["turns"]] == [0, 1, 2, 3]
+    assert_stored_turns_rebuild(stored, rollout, renderer)
+    assert [lp for t in stored["turns"] for lp in t["logprobs"]] == [-0.5] * rollout.env_mask.count(1)
 
 
 async def test_malformed_tool_call_goes_to_the_environment_as_text(
@@ -132,7 +145,7 @@ async def test_turn_and_token_budgets(
     assert_token_invariants(capped, renderer)
     assert capped.completion_ids[-1] == tiny_tokenizer.eos_token_id
 
-    # Endless output: the turn is cut at the budget, nothing is sent, the state is scored as it is.
+    # Endless output: the turn is cut at the budget and never stepped; the state is scored as it is.
     endless = scripted(tiny_tokenizer, ["x" * 500], eos=False)
     cut = await driver(gym_client, endless, renderer, max_completion_tokens=40).run_episode(
         EpisodeSpec("counter", "counter-0002")
@@ -142,12 +155,55 @@ async def test_turn_and_token_budgets(
     assert cut.reward == 0.0
     stored = await gym_client.wait_for_rollout(cut.session_id or "")
     assert stored["status"] == "abandoned" and stored["num_turns"] == 0
+    assert [m["role"] for m in stored["messages"]] == ["system", "user"]
+    assert_stored_turns_rebuild(stored, cut, renderer)
 
     # The budget also counts environment tokens: an episode stops before a reply that would not fit.
     tight = await driver(
         gym_client, scripted(tiny_tokenizer, reads), renderer, max_completion_tokens=30
     ).run_episode(EpisodeSpec("counter", "counter-0002"))
     assert tight.stop_reason == "max_completion_tokens" and len(tight.completion_ids) <= 30
+    assert_stored_turns_rebuild(await gym_client.wait_for_rollout(tight.session_id or ""), tight, renderer)
+
+
+async def test_a_turn_cut_late_in_an_episode_still_reaches_the_store(
+    gym_client: GymClient, tiny_tokenizer: Any, renderer: ChatRenderer, scripted: Any
+) -> None:
+    script = [render_tool_call("read", {}), render_tool_call("add", {"amount": 1}), "x" * 500]
+    # Cut by the per-turn cap (`sampling.max_tokens`): the third turn stops at 40 tokens.
+    capped = await driver(
+        gym_client, scripted(tiny_tokenizer, script), renderer, sampling=SamplingParams(max_tokens=40)
+    ).run_episode(EpisodeSpec("counter", "counter-0003", seed=1))
+    assert capped.stop_reason == "max_completion_tokens" and capped.num_turns == 3
+    assert capped.env_mask[-41:] == [0] + [1] * 40
+    assert_token_invariants(capped, renderer)
+    stored = await gym_client.wait_for_rollout(capped.session_id or "")
+    assert stored["status"] == "abandoned" and stored["num_turns"] == 2
+    assert not any("x" * 40 in str(m.get("content")) for m in stored["messages"])
+    assert_stored_turns_rebuild(stored, capped, renderer)
+    assert stored["reward"] == capped.reward == 0.0  # scored on the state the stepped turns left
+
+    # Cut by the episode's budget: 7 tokens of the third turn fit.
+    budget = len(capped.completion_ids) - 40 + 7
+    cut = await driver(
+        gym_client, scripted(tiny_tokenizer, script), renderer, max_completion_tokens=budget
+    ).run_episode(EpisodeSpec("counter", "counter-0003", seed=1))
+    assert cut.stop_reason == "max_completion_tokens" and len(cut.completion_ids) == budget
+    assert cut.completion_ids[:-7] == capped.completion_ids[:-40]
+    stored = await gym_client.wait_for_rollout(cut.session_id or "")
+    assert_stored_turns_rebuild(stored, cut, renderer)
+    assert stored["turns"][-1]["content"] == "x" * 7
+
+    # Without token data the cut text is still stored, marked as such.
+    bare = await driver(
+        gym_client,
+        scripted(tiny_tokenizer, script),
+        renderer,
+        max_completion_tokens=budget,
+        send_turn_data=False,
+    ).run_episode(EpisodeSpec("counter", "counter-0003", seed=1))
+    stored = await gym_client.wait_for_rollout(bare.session_id or "")
+    assert stored["turns"] == [{"content": "x" * 7, "truncated": True}]
 
 
 class BrokenSampler:

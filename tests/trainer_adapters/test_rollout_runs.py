@@ -3,7 +3,6 @@ through the policy's `/tokenize`, and stores them; policy failures are failure c
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import make_settings
+from gymtest import apoll
 
 from gym_server.api.routers import rollout_runs
 from gym_server.app import create_app
@@ -30,12 +30,10 @@ async def gym(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def stored(gym: httpx.AsyncClient, rollout_id: str) -> dict[str, Any]:
-    for _ in range(200):
-        row = (await gym.get(f"/v1/rollouts/{rollout_id}")).json()
-        if row.get("status") not in (None, "live"):
-            return dict(row)
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{rollout_id} was never stored as finished")
+    async def fetch() -> dict[str, Any]:
+        return dict((await gym.get(f"/v1/rollouts/{rollout_id}")).json())
+
+    return await apoll(fetch, lambda row: row.get("status") not in (None, "live"))
 
 
 async def test_remote_renderer_matches_the_local_one(policy_url: str, tiny_tokenizer: Any) -> None:
@@ -94,11 +92,11 @@ async def test_a_dead_policy_fails_episodes_with_a_failure_class(gym: httpx.Asyn
     accepted = await gym.post("/v1/rollouts", json=body)
     assert accepted.status_code == 202
     run_id = accepted.json()["run_id"]
-    for _ in range(300):
-        run = (await gym.get(f"/v1/rollouts/runs/{run_id}")).json()
-        if run["status"] != "running":
-            break
-        await asyncio.sleep(0.05)
+
+    async def fetch_run() -> dict[str, Any]:
+        return dict((await gym.get(f"/v1/rollouts/runs/{run_id}")).json())
+
+    run = await apoll(fetch_run, lambda run: run["status"] != "running", timeout_s=120)
     assert run["status"] == "completed"
     assert run["summary"]["stop_reasons"] == {"policy_error": 1} and run["summary"]["scored"] == 0
     row = await stored(gym, run["rollout_ids"][0])
@@ -119,3 +117,27 @@ async def test_bad_run_requests(gym: httpx.AsyncClient, patch: dict[str, Any], s
     response = await gym.post("/v1/rollouts", json=body)
     assert response.status_code == status, response.text
     assert (await gym.get("/v1/rollouts/runs/unknown")).status_code == 404
+
+
+async def test_a_server_driven_episode_stores_its_cut_turn(gym: httpx.AsyncClient, fake_vllm: Any) -> None:
+    from gym_server.trainer_adapters.toolcalls import render_tool_call
+
+    fake_vllm.script = [render_tool_call("read", {}), "!endless"]
+    body = {
+        "env": "counter",
+        "task_ids": ["counter-0000"],
+        "policy": {"base_url": fake_vllm.url, "model": "base"},
+        "sampling": {"max_tokens": 16},
+        "max_turns": 4,
+        "wait": True,
+    }
+    response = await gym.post("/v1/rollouts", json=body)
+    assert response.status_code == 200, response.text
+    run = response.json()
+    assert run["summary"]["stop_reasons"] == {"max_completion_tokens": 1}
+    row = await stored(gym, run["rollout_ids"][0])
+    assert row["status"] == "abandoned" and row["num_turns"] == 1
+    first, cut = row["turns"]
+    assert "truncated" not in first and first["prompt_ids"]
+    assert cut["truncated"] is True and cut["finish_reason"] == "length" and cut["content"] == "x" * 16
+    assert len(cut["completion_ids"]) == len(cut["logprobs"]) == 16 and cut["env_ids"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import ServerProcess
+from gymtest import poll
 
 from gym_server.trainer_adapters.chat import ChatRenderer
 from gym_server.trainer_adapters.client import SyncGymClient
@@ -126,11 +127,8 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
             if m:
                 assert math.isclose(float(recomputed[offset + k, token]), lp, abs_tol=1e-3)
     with SyncGymClient(server.url) as gym:
-        stored = gym.get_rollout(rollout.last_rollouts[0].session_id or "")
-        for _ in range(100):
-            if stored["status"] != "live":
-                break
-            stored = gym.get_rollout(stored["id"])
+        session_id = rollout.last_rollouts[0].session_id or ""
+        stored = poll(lambda: gym.get_rollout(session_id), lambda row: row["status"] != "live")
     rebuilt = [t for turn in stored["turns"] for t in turn["env_ids"] + turn["completion_ids"]]
     assert rebuilt == out["completion_ids"][0][: len(rebuilt)]
     assert stored["policy"]["weight_version"] == str(STEPS)

@@ -115,5 +115,6 @@ def parse_completion(data: dict[str, Any]) -> TokenSample:
         raise PolicyError("the policy returned an empty completion (no tokens)")
     if not isinstance(logprobs, list) or len(logprobs) != len(token_ids):
         raise PolicyError("logprobs do not match the token ids one for one")
-    values = [math.nan if value is None else float(value) for value in logprobs]
-    return TokenSample(token_ids, values, "length" if finish == "length" else "stop")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in logprobs):
+        raise PolicyError("logprobs must be finite numbers (a NaN would poison the trainer's loss)")
+    return TokenSample(token_ids, [float(v) for v in logprobs], "length" if finish == "length" else "stop")
