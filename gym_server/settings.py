@@ -47,7 +47,7 @@ class LimitSettings(BaseModel):
         64, ge=1, description="assistant turns per episode unless the environment says fewer"
     )
     max_transcript_bytes: int = Field(
-        8 * 1024 * 1024, ge=1024, description="transcript size that ends an episode"
+        8 * 1024 * 1024, ge=1024, description="bytes of messages and turn data that end an episode"
     )
     max_tool_calls_per_turn: int = Field(
         32, ge=1, description="tool calls executed from one assistant message"

@@ -209,7 +209,7 @@ class SessionManager:
                 replies, info = [], {"error": f"environment error: {type(exc).__name__}"}
             if turn_data:
                 session.turn_data.append(turn_data)
-            self._apply_budgets(session, message, replies)
+            self._apply_budgets(session, message, replies, turn_data)
             elapsed_ms = (time.perf_counter() - started) * 1000
             session.step_ms.append(round(elapsed_ms, 3))
             session.last_active = self._clock()
@@ -245,16 +245,26 @@ class SessionManager:
         async with session.lock:
             self._check_open(session)
             session.truncated = True
-            session.turn_data.append({**(turn_data or {}), "content": content, "truncated": True})
-            self._charge_bytes(session, len(orjson.dumps(content)))
+            record = {**(turn_data or {}), "content": content, "truncated": True}
+            session.turn_data.append(record)
+            self._charge_bytes(session, len(orjson.dumps(record)))
             session.last_active = self._clock()
             session.dirty = True
             return len(session.turn_data), session.failure
 
     def _apply_budgets(
-        self, session: LiveSession, message: dict[str, Any], replies: list[dict[str, Any]]
+        self,
+        session: LiveSession,
+        message: dict[str, Any],
+        replies: list[dict[str, Any]],
+        turn_data: dict[str, Any] | None,
     ) -> None:
-        self._charge_bytes(session, len(orjson.dumps(message)) + len(orjson.dumps(replies)))
+        # Turn data is stored with the trajectory and held in memory until close, so it counts too:
+        # otherwise a client could park megabytes per step on a session outside every budget.
+        size = len(orjson.dumps(message)) + len(orjson.dumps(replies))
+        if turn_data:
+            size += len(orjson.dumps(turn_data))
+        self._charge_bytes(session, size)
         if not session.env.done and session.env.turns >= session.max_turns:
             session.failure = FailureClass.MAX_TURNS
             session.env.finish("max_turns")

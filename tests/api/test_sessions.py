@@ -107,6 +107,21 @@ async def test_transcript_budget_ends_the_episode(app_factory: Callable[..., Any
         assert reply["info"]["failure"] == "max_transcript_bytes"
 
 
+async def test_turn_data_counts_towards_the_transcript_budget(app_factory: Callable[..., Any]) -> None:
+    """Token data is held with the session until close, so a client cannot park it outside the budget."""
+    async with app_factory(limits={"max_transcript_bytes": 4096}) as gym:
+        sid = (await open_counter(gym.client))["session_id"]
+        tokens = {"completion_ids": list(range(2000)), "logprobs": [-0.5] * 2000}
+        response = await gym.client.post(
+            f"/v1/sessions/{sid}/step", json={"message": call("read"), "turn_data": tokens}
+        )
+        assert response.json()["done"] is True
+        assert response.json()["info"]["failure"] == "max_transcript_bytes"
+        await gym.client.delete(f"/v1/sessions/{sid}")
+        stored = await wait_for_rollout(gym.client, sid, "failed")
+        assert stored["turns"] == [tokens]  # kept whole: the budget ends the episode, it loses nothing
+
+
 async def test_steps_on_one_session_are_serialized(gym: AppHarness) -> None:
     session = await open_counter(gym.client)
     sid = session["session_id"]
