@@ -228,6 +228,7 @@ def demo(
             rate = lr or 5e-4
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
         before = _evaluate(policy, tokenizer, gym_url, specs, options)
+        _check_shaping_components(shaped, before["components"], label)
         rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed)
         args = trl.GRPOConfig(
             reward_weights=[1.0, *shaped.values()],
@@ -318,6 +319,18 @@ def _report(
     table.add_row("tool-call parse errors", str(before["parse_errors"]), str(after["parse_errors"]))
     Console().print(table)
     console.print(f"training {train_s:.0f} s, wall time {wall:.0f} s")
+
+
+def _check_shaping_components(shaped: dict[str, float], reported: dict[str, Any], label: str) -> None:
+    """Refuse, before training, a shaping component the verifier never reports: it would train on 0."""
+    unknown = sorted(set(shaped) - set(reported))
+    if unknown:
+        known = ", ".join(sorted(reported)) or "none"
+        console.print(
+            f"[red]error:[/] --shaping names {', '.join(unknown)}, which the verifier of {label} did not "
+            f"report on any held-out episode (it reports: {known})"
+        )
+        raise typer.Exit(2)
 
 
 def _parse_shaping(items: list[str]) -> dict[str, float]:

@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gym_server.cli.demo import demo
+from gym_server.cli.demo import _check_shaping_components, demo
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -41,6 +41,17 @@ def test_a_malformed_shaping_weight_is_refused_before_anything_starts(tmp_path: 
     assert result.exit_code == 2
     assert "COMPONENT=WEIGHT" in result.output
     assert not (tmp_path / "out").exists()  # refused before a gym, a model or the output folder
+
+
+def test_a_component_the_verifier_never_reports_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked on the before-training evaluation: a misspelt component would otherwise train on 0."""
+    reported = {"correct": 0.1, "extracted": 0.3}
+    _check_shaping_components({"extracted": 0.5}, reported, "chain_sum")  # known: passes
+    with pytest.raises(typer.Exit) as refused:
+        _check_shaping_components({"extracted": 0.5, "extractd": 0.5}, reported, "chain_sum")
+    assert refused.value.exit_code == 2
+    message = " ".join(capsys.readouterr().err.split())
+    assert "--shaping names extractd" in message and "it reports: correct, extracted" in message
 
 
 def test_an_environment_the_gym_lacks_is_named_before_the_model_loads(tmp_path: Path) -> None:
