@@ -16,6 +16,7 @@ from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
 from gym_server.errors import SandboxUnavailable
+from gym_server.rollout_runs import RolloutRunBoard
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
@@ -63,12 +64,15 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 )
             manager = SessionManager(app.state.registry, store, settings)
             reaper = Reaper(manager, settings.sessions.reap_interval_s)
-            app.state.store, app.state.manager = store, manager
+            runs = RolloutRunBoard(settings.rollout_runs, settings.sessions.retry_after_s)
+            app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
             reaper.start()
             try:
                 yield
             finally:
                 await reaper.stop()
+                # Cancelled runs close their own sessions (as abandoned) while the manager still runs.
+                await runs.aclose()
                 # Sessions close their environments, and so their sandboxes, before the backend goes.
                 closed = await manager.shutdown()
                 if closed:

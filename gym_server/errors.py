@@ -167,15 +167,15 @@ class InvalidRequest(GymError):
 
 
 class AtCapacity(GymError):
-    """The server holds as many live sessions as it may; retry after the hinted delay."""
+    """The server holds as many live sessions (or playing runs) as it may; retry after the hinted delay."""
 
     status = 429
     slug = "at-capacity"
     title = "At capacity"
 
-    def __init__(self, limit: int, retry_after_s: int) -> None:
+    def __init__(self, limit: int, retry_after_s: int, what: str = "live sessions") -> None:
         super().__init__(
-            f"the server holds its maximum of {limit} live sessions; retry in {retry_after_s} s",
+            f"the server holds its maximum of {limit} {what}; retry in {retry_after_s} s",
             limit=limit,
         )
         self.retry_after_s = retry_after_s

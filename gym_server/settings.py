@@ -56,6 +56,15 @@ class LimitSettings(BaseModel):
     verify_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit on one verification")
 
 
+class RolloutRunSettings(BaseModel):
+    """Server-driven rollout runs (`POST /v1/rollouts`), held in this process's memory."""
+
+    max_running: int = Field(8, ge=1, description="runs playing at once; one more gets 429")
+    keep_finished: int = Field(
+        256, ge=0, description="finished runs whose final view GET /v1/rollouts/runs/{id} still answers"
+    )
+
+
 class StoreSettings(BaseModel):
     """Where trajectories go and how they are written."""
 
@@ -93,6 +102,7 @@ class Settings(BaseSettings):
     database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
     sessions: SessionSettings = SessionSettings()
     limits: LimitSettings = LimitSettings()
+    rollout_runs: RolloutRunSettings = RolloutRunSettings()
     store: StoreSettings = StoreSettings()
     sandbox: SandboxSettings = SandboxSettings()
 

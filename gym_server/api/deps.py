@@ -9,12 +9,13 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
+from gym_server.rollout_runs import RolloutRunBoard
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
 from gym_server.settings import Settings
 from gym_server.store.writer import TrajectoryStore
 
-__all__ = ["ManagerDep", "RegistryDep", "SettingsDep", "StoreDep"]
+__all__ = ["ManagerDep", "RegistryDep", "RunBoardDep", "SettingsDep", "StoreDep"]
 
 
 # `async def` on purpose: FastAPI runs plain-def dependencies in a worker thread, a hop per request.
@@ -34,7 +35,12 @@ async def get_store(request: Request) -> TrajectoryStore:
     return cast(TrajectoryStore, request.app.state.store)
 
 
+async def get_run_board(request: Request) -> RolloutRunBoard:
+    return cast(RolloutRunBoard, request.app.state.rollout_runs)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 ManagerDep = Annotated[SessionManager, Depends(get_manager)]
 StoreDep = Annotated[TrajectoryStore, Depends(get_store)]
+RunBoardDep = Annotated[RolloutRunBoard, Depends(get_run_board)]

@@ -12,8 +12,9 @@ import pytest
 from conftest import make_settings
 from gymtest import apoll
 
-from gym_server.api.routers import rollout_runs
 from gym_server.app import create_app
+from gym_server.store.records import TrajectoryStatus
+from gym_server.store.writer import TrajectoryStore
 from gym_server.trainer_adapters.chat import ChatRenderer
 from gym_server.trainer_adapters.remote_chat import RemoteRenderer
 
@@ -21,8 +22,6 @@ from gym_server.trainer_adapters.remote_chat import RemoteRenderer
 @pytest.fixture
 async def gym(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}"))
-    if not any(getattr(r, "path", "") == "/v1/rollouts/runs/{run_id}" for r in app.routes):
-        app.include_router(rollout_runs.router)  # until app.py wires it
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
@@ -141,3 +140,41 @@ async def test_a_server_driven_episode_stores_its_cut_turn(gym: httpx.AsyncClien
     assert "truncated" not in first and first["prompt_ids"]
     assert cut["truncated"] is True and cut["finish_reason"] == "length" and cut["content"] == "x" * 16
     assert len(cut["completion_ids"]) == len(cut["logprobs"]) == 16 and cut["env_ids"]
+
+
+async def test_runs_past_the_limit_get_429_and_shutdown_cancels_the_one_playing(
+    tmp_path: Path, fake_vllm: Any
+) -> None:
+    url = f"sqlite:///{tmp_path / 'gym.db'}"
+    app = create_app(make_settings(url, rollout_runs={"max_running": 1}))
+    fake_vllm.script = ["!hang"]
+    body = {
+        "env": "counter",
+        "task_ids": ["counter-0000"],
+        "run": "capped",
+        "policy": {"base_url": fake_vllm.url, "model": "base"},
+        "sampling": {"max_tokens": 8},
+    }
+
+    async def policy_requests() -> int:
+        return len(fake_vllm.requests)
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as gym:
+            accepted = await gym.post("/v1/rollouts", json=body)
+            assert accepted.status_code == 202, accepted.text
+            await apoll(policy_requests, lambda count: count == 1)  # playing: waiting on the policy
+            refused = await gym.post("/v1/rollouts", json=body)
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert "maximum of 1 rollout runs playing" in refused.json()["detail"]
+        board = app.state.rollout_runs
+    # The server stopped: the run was cancelled and its episode closed its session before the store did.
+    assert board.view(accepted.json()["run_id"])["status"] == "cancelled"
+    store = TrajectoryStore(url)
+    await store.start()
+    try:
+        assert [row.status for row in await store.list(run="capped")] == [TrajectoryStatus.ABANDONED]
+    finally:
+        await store.stop()

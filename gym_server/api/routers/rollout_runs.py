@@ -10,24 +10,25 @@ logprobs and loss masks in `turns` when the policy is token-in:
 - `policy.api = "chat"`: any OpenAI-compatible chat API; transcripts and rewards only (evaluation).
 
 A run is a background job: 202 with its id at once, progress at `GET /v1/rollouts/runs/{run_id}`
-(jobs live in this process's memory; the trajectories are in the store). `wait: true` answers when the
-run is finished instead. A policy failure ends its episode with failure `policy_error` or
-`policy_timeout` (status `failed`), never a lost episode.
+(jobs live in this process's memory within the bounds of `gym_server.rollout_runs`; the trajectories
+are in the store). `wait: true` answers when the run is finished instead. A policy failure ends its
+episode with failure `policy_error` or `policy_timeout` (status `failed`), never a lost episode.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from gym_server.api.deps import ManagerDep, RegistryDep
+from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep
 from gym_server.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.rollout_runs import RolloutRun
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
 from gym_server.trainer_adapters.chat import Renderer
@@ -36,9 +37,7 @@ from gym_server.trainer_adapters.driver import (
     CLIENT_FAILURES,
     DriverConfig,
     EpisodeSpec,
-    Rollout,
     RolloutDriver,
-    summarize,
 )
 from gym_server.trainer_adapters.remote_chat import RemoteRenderer
 from gym_server.trainer_adapters.samplers import (
@@ -112,31 +111,6 @@ class RolloutRunRequest(BaseModel):
         if self.task_ids is not None and (self.split is not None or self.limit is not None):
             raise ValueError("give task_ids, or split/limit, not both")
         return self
-
-
-@dataclass(eq=False)
-class RolloutRun:
-    """A server-driven run in this process."""
-
-    id: str
-    run: str
-    episodes: int
-    status: str = "running"  # running, completed or failed (the job itself, not its episodes)
-    rollouts: list[Rollout] = field(default_factory=list)
-    error: str | None = None
-    task: asyncio.Task[None] | None = None
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "run_id": self.id,
-            "run": self.run,
-            "status": self.status,
-            "episodes": self.episodes,
-            "finished": len(self.rollouts),
-            "error": self.error,
-            "summary": summarize(self.rollouts) if self.rollouts else None,
-            "rollout_ids": [r.session_id for r in self.rollouts if r.session_id],
-        }
 
 
 class ManagerBackend:
@@ -222,14 +196,6 @@ def _api_error(exc: GymError, method: str, path: str) -> GymAPIError:
     return GymAPIError(exc.status, {"type": exc.slug, "detail": exc.detail}, method, path)
 
 
-def _runs(request: Request) -> dict[str, RolloutRun]:
-    runs: dict[str, RolloutRun] | None = getattr(request.app.state, "rollout_runs", None)
-    if runs is None:
-        runs = {}
-        request.app.state.rollout_runs = runs
-    return runs
-
-
 def _specs(body: RolloutRunRequest, registry: RegistryDep) -> list[EpisodeSpec]:
     entry = registry.get(body.env)
     if body.task_ids is not None:
@@ -261,34 +227,10 @@ def _policy(body: RolloutRunRequest) -> tuple[TokenSampler | ChatSampler, Render
     return sampler, RemoteRenderer(spec.base_url, spec.model, api_key=key)
 
 
-async def _play(job: RolloutRun, driver: RolloutDriver, specs: list[EpisodeSpec], concurrency: int) -> None:
-    try:
-        await driver.run_many(specs, concurrency, on_episode=lambda _, rollout: job.rollouts.append(rollout))
-        job.status = "completed"
-    except Exception as exc:  # a driver bug: the job fails, its finished episodes are stored anyway
-        job.status, job.error = "failed", f"{type(exc).__name__}: {exc}"
-    finally:
-        await driver.sampler.aclose()
-        if isinstance(driver.renderer, RemoteRenderer):
-            await driver.renderer.aclose()
-
-
-@router.post(
-    "",
-    status_code=status.HTTP_202_ACCEPTED,
-    summary="Run episodes against a policy URL and store them",
-    responses={
-        200: {"description": "the finished run (wait: true)"},
-        404: {"description": "unknown env or task"},
-        422: {"description": "malformed request"},
-    },
-)
-async def start_rollouts(
-    body: RolloutRunRequest, request: Request, manager: ManagerDep, registry: RegistryDep
-) -> Response:
-    specs = _specs(body, registry)
-    run_id = uuid.uuid4().hex
-    job = RolloutRun(id=run_id, run=body.run or f"rollouts-{run_id[:12]}", episodes=len(specs))
+async def _play(
+    job: RolloutRun, body: RolloutRunRequest, specs: list[EpisodeSpec], manager: SessionManager
+) -> None:
+    """Play the run's episodes; the policy's clients are opened here, so a refused run opens none."""
     sampler, renderer = _policy(body)
     config = DriverConfig(
         max_completion_tokens=body.max_completion_tokens,
@@ -301,13 +243,43 @@ async def start_rollouts(
         ),
         run=job.run,
         for_training=False,
-        metadata={"rollout_run": run_id},
+        metadata={"rollout_run": job.id},
     )
     driver = RolloutDriver(ManagerBackend(manager), sampler, renderer, config)
-    _runs(request)[run_id] = job
-    job.task = asyncio.create_task(_play(job, driver, specs, body.concurrency))
+    try:
+        await driver.run_many(
+            specs, body.concurrency, on_episode=lambda _, rollout: job.rollouts.append(rollout)
+        )
+    finally:
+        await sampler.aclose()
+        if isinstance(renderer, RemoteRenderer):
+            await renderer.aclose()
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Run episodes against a policy URL and store them",
+    responses={
+        200: {"description": "the finished run (wait: true)"},
+        404: {"description": "unknown env or task"},
+        422: {"description": "malformed request"},
+        429: {"description": "as many runs are playing as the server allows (Retry-After)"},
+    },
+)
+async def start_rollouts(
+    body: RolloutRunRequest, manager: ManagerDep, registry: RegistryDep, runs: RunBoardDep
+) -> Response:
+    specs = _specs(body, registry)
+    run_id = uuid.uuid4().hex
+    job = RolloutRun(id=run_id, run=body.run or f"rollouts-{run_id[:12]}", episodes=len(specs))
+    task = runs.start(job, partial(_play, body=body, specs=specs, manager=manager))
     if body.wait:
-        await asyncio.shield(job.task)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this request was cancelled (its client left); the run plays on
         return Response(orjson.dumps(job.view()), status_code=200, media_type="application/json")
     return Response(orjson.dumps(job.view()), status_code=202, media_type="application/json")
 
@@ -315,10 +287,14 @@ async def start_rollouts(
 @router.get(
     "/runs/{run_id}",
     summary="Progress and summary of a server-driven run",
-    responses={404: {"description": "unknown run (runs live in the process that started them)"}},
+    responses={404: {"description": "unknown or forgotten run (runs live in the process that started them)"}},
 )
-async def get_rollout_run(run_id: str, request: Request) -> dict[str, Any]:
-    job = _runs(request).get(run_id)
-    if job is None:
-        raise NotFoundError(f"no rollout run {run_id!r} in this process")
-    return job.view()
+async def get_rollout_run(run_id: str, runs: RunBoardDep) -> dict[str, Any]:
+    view = runs.view(run_id)
+    if view is None:
+        raise NotFoundError(
+            f"no rollout run {run_id!r} in this process: it never started here, or it finished before the "
+            f"newest {runs.settings.keep_finished} finished runs; its episodes are stored, find them with "
+            "GET /v1/rollouts?run=NAME"
+        )
+    return view
