@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from gym_server.trainer_adapters.samplers._http import post_json
+from gym_server.trainer_adapters.samplers._http import bearer_headers, post_json, server_root
 from gym_server.trainer_adapters.samplers.base import PolicyError
 
 __all__ = ["RemoteRenderer"]
@@ -48,10 +48,9 @@ class RemoteRenderer:
         transport: httpx.AsyncBaseTransport | None = None,
         api_key: str | None = None,
     ) -> None:
-        root = base_url.rstrip("/")
-        self.base_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.base_url = server_root(base_url)
         self.model = model
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer_headers(api_key)
         self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport, headers=headers)
         self._eos: frozenset[int] | None = frozenset(eos_token_ids) if eos_token_ids else None
         self._probe: list[int] | None = None

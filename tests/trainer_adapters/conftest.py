@@ -177,9 +177,16 @@ class FakeVLLM:
         self.models = set(models)
         self.script: list[str] = []
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []  # the Authorization header of every request
         self.served: Served | None = None
         self.release = threading.Event()
         app = FastAPI()
+
+        @app.middleware("http")
+        async def note_authorization(request: Request, call_next: Any) -> Response:
+            self.authorizations.append(request.headers.get("authorization"))
+            response: Response = await call_next(request)
+            return response
 
         def refuse(status: int, message: str) -> Response:
             return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)

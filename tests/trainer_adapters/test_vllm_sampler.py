@@ -20,9 +20,25 @@ from conftest import ServerProcess
 from gym_server.trainer_adapters.chat import ChatRenderer
 from gym_server.trainer_adapters.client import GymClient, SyncGymClient
 from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, RolloutDriver
+from gym_server.trainer_adapters.remote_chat import RemoteRenderer
 from gym_server.trainer_adapters.samplers import CompletionsSampler, OpenAIChatSampler, SamplingParams
 from gym_server.trainer_adapters.toolcalls import render_tool_call
 from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_prompt
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+async def test_the_api_key_goes_to_every_endpoint_of_a_url_given_with_or_without_v1(
+    fake_vllm: Any, renderer: ChatRenderer, suffix: str
+) -> None:
+    fake_vllm.script = ["hi"]
+    sampler = CompletionsSampler(f"{fake_vllm.url}{suffix}", "base", api_key="sk-test")
+    remote = RemoteRenderer(f"{fake_vllm.url}{suffix}", "base", api_key="sk-test")
+    prompt = await remote.prompt_ids([{"role": "user", "content": "hello"}], [])
+    sample = await sampler.sample(prompt, SamplingParams(max_tokens=8), sorted(renderer.eos_token_ids))
+    await sampler.aclose()
+    await remote.aclose()
+    assert sample.token_ids[-1] in renderer.eos_token_ids
+    assert len(fake_vllm.authorizations) >= 2 and set(fake_vllm.authorizations) == {"Bearer sk-test"}
 
 
 def fake_logprobs(n: int) -> list[float]:

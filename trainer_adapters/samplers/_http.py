@@ -1,4 +1,5 @@
-"""One POST to an OpenAI-compatible server, with the policy's error classes and safe retries.
+"""Talking to an OpenAI-compatible policy server: where its root is, how to authenticate, and one POST
+with the policy's error classes and safe retries.
 
 Sampling has no side effects, so any failed attempt may be repeated; the retries are still bounded
 (a dead policy must end the episode as `policy_error`, not hang it), and a timeout is not retried
@@ -14,9 +15,21 @@ import httpx
 
 from gym_server.trainer_adapters.samplers.base import PolicyError, PolicyTimeout
 
-__all__ = ["post_json"]
+__all__ = ["bearer_headers", "post_json", "server_root"]
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def server_root(base_url: str) -> str:
+    """The server's root for a URL given with or without `/v1`: vLLM's `/tokenize` and `/detokenize`
+    live beside `/v1`, not below it, so every path is built from the root."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def bearer_headers(api_key: str | None) -> dict[str, str]:
+    """The authorization header for `api_key`, or none when the server wants no key."""
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 async def post_json(

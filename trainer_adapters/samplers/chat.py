@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from gym_server.trainer_adapters.samplers._http import post_json
+from gym_server.trainer_adapters.samplers._http import bearer_headers, post_json, server_root
 from gym_server.trainer_adapters.samplers.base import ChatSample, PolicyError, SamplingParams
 
 __all__ = ["OpenAIChatSampler"]
@@ -40,11 +40,10 @@ class OpenAIChatSampler:
         weight_version: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        root = base_url.rstrip("/")
-        self.base_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.base_url = server_root(base_url)
         self.model = model
         self.weight_version = weight_version
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer_headers(api_key)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers, transport=transport
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from gym_server.trainer_adapters.samplers._http import post_json
+from gym_server.trainer_adapters.samplers._http import bearer_headers, post_json, server_root
 from gym_server.trainer_adapters.samplers.base import PolicyError, SamplingParams, TokenSample
 
 __all__ = ["CompletionsSampler"]
@@ -46,12 +46,11 @@ class CompletionsSampler:
         extra_body: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        root = base_url.rstrip("/")
-        self.base_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.base_url = server_root(base_url)
         self.model = model
         self.weight_version = weight_version
         self.extra_body = dict(extra_body or {})
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = bearer_headers(api_key)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=10.0, pool=timeout_s),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
