@@ -29,6 +29,18 @@ def poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout_s: float = S
         time.sleep(0.05)
 
 
+def stored_run(gym_url: str, run: str, episodes: int) -> dict[str, Any]:
+    """The page of a run's stored trajectories once all `episodes` are stored and none is live.
+
+    The count matters: the writer commits in batches, so an episode closed a moment ago may not be in
+    the store at all yet, and "none live" alone would pass on the rows written so far."""
+    page: dict[str, Any] = poll(
+        lambda: httpx.get(f"{gym_url}/v1/rollouts", params={"run": run, "limit": 500}).json(),
+        lambda page: page["total"] == episodes and all(item["status"] != "live" for item in page["items"]),
+    )
+    return page
+
+
 async def apoll(
     fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout_s: float = STORE_WAIT_S
 ) -> T:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ServerProcess
-from gymtest import call, target_of
+from gymtest import call, poll, target_of
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +55,15 @@ def wait_status(
     raise AssertionError(f"{rollout_id} never reached {status}: {body}")
 
 
+def in_database(client: httpx.Client, run: str, rollout_id: str, status: str) -> None:
+    """Wait until the database holds `rollout_id` with `status` (the PostgreSQL database is shared by
+    tests, so the run may hold other rows)."""
+    poll(
+        lambda: client.get("/v1/rollouts", params={"run": run, "limit": 500}).json()["items"],
+        lambda items: any((item["id"], item["status"]) == (rollout_id, status) for item in items),
+    )
+
+
 def test_episode_over_tcp_and_restart_after_crash(
     server_factory: Callable[..., ServerProcess], database_url: str
 ) -> None:
@@ -62,8 +71,8 @@ def test_episode_over_tcp_and_restart_after_crash(
     server.start()
     with httpx.Client(base_url=server.url, timeout=10) as client:
         finished = play_counter(client)
-        wait_status(client, finished["session_id"], "completed")
-        live = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0001"}).json()
+        live_body = {"env": "counter", "task_id": "counter-0001", "run": "e2e-live"}
+        live = client.post("/v1/sessions", json=live_body).json()
         client.post(f"/v1/sessions/{live['session_id']}/step", json={"message": call("read")})
         bad = client.post(
             f"/v1/sessions/{live['session_id']}/step",
@@ -71,7 +80,10 @@ def test_episode_over_tcp_and_restart_after_crash(
             headers={"content-type": "application/json"},
         )
         assert bad.status_code == 422 and bad.headers["content-type"] == "application/problem+json"
-        time.sleep(0.2)  # let the writer flush the live row before the crash
+        # Before the crash, both rows must be in the database, not only in the writer's queue (which the
+        # single-row route also answers from): the list reads the database alone.
+        in_database(client, "e2e", finished["session_id"], "completed")
+        in_database(client, "e2e-live", live["session_id"], "live")
 
     server.kill()  # SIGKILL: no shutdown hook runs
     server.start()
@@ -111,14 +123,14 @@ def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(
     server.args += ["--workers", "2"]
     server.start()
     second = f"http://127.0.0.1:{port + 1}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def second_ready() -> bool:
         try:
-            if httpx.get(f"{second}/readyz", timeout=1).status_code == 200:
-                break
+            return httpx.get(f"{second}/readyz", timeout=1).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+            return False
+
+    poll(second_ready, bool)
     sessions = {}
     for url in (server.url, second):
         with httpx.Client(base_url=url, timeout=10) as client:

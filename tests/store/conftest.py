@@ -106,7 +106,9 @@ def _outage(url: str) -> Iterator[None]:
         return
     name = postgres_name(url)
     admin_execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-    admin_execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+    # With a timeout, pg_terminate_backend waits for each backend to exit (PostgreSQL 14+); without one
+    # a pooled connection could still answer a probe right after this returns.
+    admin_execute(f"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = '{name}'")
     try:
         yield
     finally:

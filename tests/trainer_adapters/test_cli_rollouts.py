@@ -15,7 +15,7 @@ import orjson
 import pytest
 import typer
 from conftest import ServerProcess
-from gymtest import poll
+from gymtest import stored_run
 from typer.testing import CliRunner
 
 from gym_server.cli.rollouts import confidence_interval, evaluate, rollout
@@ -59,7 +59,7 @@ def test_eval_resumes_and_rollout_writes_token_data(
         (orjson.loads(line)["task_id"], orjson.loads(line)["sample"]) for line in lines
     )
     # Only the cut episode was played again: 4 + 1 sessions in the gym, not 4 + 4.
-    assert stored_rows(server.url, "eval-counter-validation")["total"] == 5
+    assert stored_run(server.url, "eval-counter-validation", 5)["total"] == 5
 
     data = tmp_path / "rollouts.jsonl"
     collected = CliRunner().invoke(
@@ -76,7 +76,7 @@ def test_eval_resumes_and_rollout_writes_token_data(
         assert len(row["completion_ids"]) == len(row["logprobs"]) == len(row["env_mask"]) > 0
         assert row["prompt_ids"]
     # The same episodes are in the store under the run (their tokens: see the scripted test below).
-    stored = stored_rows(server.url, "collect")
+    stored = stored_run(server.url, "collect", 3)
     assert {item["id"] for item in stored["items"]} == {row["session_id"] for row in rows}
 
 
@@ -97,7 +97,7 @@ def test_rollout_stores_the_tokens_it_writes(
     collected = CliRunner().invoke(app, args)
     assert collected.exit_code == 0, collected.output
     rows = [orjson.loads(line) for line in data.read_bytes().splitlines()]
-    stored = {item["id"]: item for item in stored_rows(server.url, "scripted")["items"]}
+    stored = {item["id"]: item for item in stored_run(server.url, "scripted", 2)["items"]}
     assert len(rows) == 2 and set(stored) == {row["session_id"] for row in rows}
     assert sorted(row["stop_reason"] for row in rows) == ["done", "max_completion_tokens"]
     for row in rows:
@@ -112,15 +112,6 @@ def test_rollout_stores_the_tokens_it_writes(
         model_logprobs = [lp for lp, m in zip(row["logprobs"], row["env_mask"], strict=True) if m]
         assert [lp for turn in turns for lp in turn["logprobs"]] == model_logprobs
         assert stored[row["session_id"]]["policy"]["model"] == "counter-lora"
-
-
-def stored_rows(gym_url: str, run: str) -> dict[str, Any]:
-    """The gym's stored trajectories of a run, once none is live any more (the writer batches)."""
-    page: dict[str, Any] = poll(
-        lambda: httpx.get(f"{gym_url}/v1/rollouts", params={"run": run, "limit": 100}).json(),
-        lambda page: bool(page["items"]) and all(item["status"] != "live" for item in page["items"]),
-    )
-    return page
 
 
 def test_an_interrupted_eval_closes_its_open_episode_and_resumes(
@@ -158,5 +149,5 @@ def test_an_interrupted_eval_closes_its_open_episode_and_resumes(
     records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert len(records) == 4 and len({r["task_id"] for r in records}) == 4
     assert not fake_vllm.script and len(fake_vllm.requests) == 5  # only the two missing episodes ran
-    statuses = sorted(item["status"] for item in stored_rows(server.url, "interrupted")["items"])
+    statuses = sorted(item["status"] for item in stored_run(server.url, "interrupted", 5)["items"])
     assert statuses == ["abandoned", "completed", "completed", "completed", "completed"]

@@ -215,7 +215,7 @@ async def test_capacity_429_waits_for_a_free_slot(
         sqlite_url, GYM_SESSIONS__MAX_SESSIONS="3", GYM_SESSIONS__RETRY_AFTER_S="1", GYM_LOG_LEVEL="warning"
     )
     server.start()
-    patient = RetryPolicy(attempts=5, backoff_s=0.05, max_retry_after_s=0.2)
+    patient = RetryPolicy(attempts=50, backoff_s=0.05, max_retry_after_s=0.2)  # ~10 s of retries
     async with GymClient(server.url, retry=patient) as gym:
         held = [await gym.create_session("counter", task_id="counter-0000") for _ in range(3)]
         waiting = asyncio.create_task(gym.create_session("counter", task_id="counter-0001"))
@@ -310,7 +310,10 @@ class OneShotServer:
             self.connections += 1
             with conn:
                 if attempt == 0 and self.unread:
-                    time.sleep(0.2)  # the request arrives and is never read
+                    # Wait until the request is in the socket, then close without reading it: the kernel
+                    # answers with a reset, the signal that the server never saw the request.
+                    conn.settimeout(10)
+                    conn.recv(1, socket.MSG_PEEK)
                     continue
                 self._read_request(conn)
                 if attempt == 0:

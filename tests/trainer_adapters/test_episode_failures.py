@@ -15,12 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 import typer
 from conftest import ServerProcess
-from gymtest import apoll
+from gymtest import apoll, stored_run
 from typer.testing import CliRunner
 
 from gym_server.cli.rollouts import evaluate, rollout
@@ -83,8 +82,7 @@ def test_each_bad_policy_answer_ends_its_episode_and_is_counted_by_eval(
     assert table_value(result.output, "scored (with signal)") == str(len(EPISODES) - failed)
     assert f"policy_error {failed}" in table_value(result.output, "endings")
 
-    stored = httpx.get(f"{server.url}/v1/rollouts", params={"run": "bad-policy", "limit": 100}).json()
-    assert stored["total"] == len(EPISODES)
+    stored = stored_run(server.url, "bad-policy", len(EPISODES))
     by_id = {row["id"]: row for row in stored["items"]}
     for record in records:
         row = by_id[record["session_id"]]

@@ -78,8 +78,13 @@ async def test_server_driven_rollouts_store_token_level_trajectories(
         if row["turns"]:
             first = row["turns"][0]
             assert first["prompt_ids"] and len(first["completion_ids"]) == len(first["logprobs"])
-    listed = (await gym.get("/v1/rollouts", params={"run": run["run"]})).json()
-    assert listed["total"] == 4
+
+    async def listed() -> dict[str, Any]:
+        return dict((await gym.get("/v1/rollouts", params={"run": run["run"]})).json())
+
+    # The single-row route answers from the writer's queue too; the list waits for the database.
+    page = await apoll(listed, lambda page: page["total"] == 4)
+    assert {item["id"] for item in page["items"]} == set(run["rollout_ids"])
 
 
 async def test_a_dead_policy_fails_episodes_with_a_failure_class(gym: httpx.AsyncClient) -> None:
