@@ -87,7 +87,9 @@ class SandboxPool:
                 self._starting -= 1
             if not self._has_room():  # closed, or a returned sandbox (already warm) took the slot
                 await sandbox.close()
-                return
+                # Look again rather than return: a slot freed during the close found this refill still
+                # running, so it scheduled none of its own.
+                continue
             self._members.add(sandbox.id)
             self._idle.append(sandbox)
 

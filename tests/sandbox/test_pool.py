@@ -184,3 +184,69 @@ async def test_closed_pool_refuses() -> None:
             pass
     with pytest.raises(ValueError):
         SandboxPool(UnsafeBackend(), size=-1)
+
+
+class HeldCloses(Gated):
+    """A `Gated` whose sandboxes started while `hold` is set wait in `close()` until `close_may_go`."""
+
+    def __init__(self, backend: SandboxBackend) -> None:
+        super().__init__(backend)
+        self.hold = False
+        self.closing = asyncio.Event()
+        self.close_may_go = asyncio.Event()
+
+    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> Sandbox:
+        box = await super().start(limits, session_id=session_id)
+        if self.hold:
+            close = box.close
+
+            async def held_close() -> None:
+                self.closing.set()
+                await self.close_may_go.wait()
+                await close()
+
+            box.close = held_close  # type: ignore[method-assign]
+        return box
+
+
+async def test_a_slot_freed_while_a_refill_closes_its_surplus_sandbox_is_refilled(
+    bwrap_backend: SandboxBackend,
+) -> None:
+    """The refill that finds its slot taken (by a returning extra) closes its sandbox; if the extra's
+    scrub fails meanwhile, the freed slot must still be refilled. The refill used to return after that
+    close, and no new refill could be scheduled while it was still running: the pool stayed a sandbox
+    short for good (a CI flake of the concurrency test above)."""
+    gated = HeldCloses(bwrap_backend)
+    pool = SandboxPool(gated, size=1, limits=LIMITS)
+    await pool.start()
+    try:
+        member = pool.acquire()
+        first = await member.__aenter__()
+        extra = pool.acquire()
+        second = await extra.__aenter__()  # the pool is empty: an extra is started
+        scrub_may_end = asyncio.Event()
+
+        async def failing_scrub() -> bool:
+            await scrub_may_end.wait()
+            return False
+
+        second.scrub = failing_scrub  # type: ignore[method-assign]
+        gated.gate.clear()
+        await first.close()
+        await member.__aexit__(None, None, None)  # retired: a refill starts and waits at the gate
+        assert gated.starting == 1
+        returning = asyncio.create_task(extra.__aexit__(None, None, None))  # takes the free slot
+        await asyncio.sleep(0)
+        gated.hold = True
+        gated.gate.set()
+        await gated.closing.wait()  # the refill's sandbox found no room and is being closed ...
+        gated.hold = False
+        scrub_may_end.set()  # ... when the extra's scrub fails and frees the slot
+        await returning
+        gated.close_may_go.set()
+        await gated.settled(pool)
+        assert pool.idle == 1 and len(gated.open_ids()) == 1
+    finally:
+        gated.close_may_go.set()
+        await pool.aclose()
+    assert gated.open_ids() == set()
