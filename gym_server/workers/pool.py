@@ -12,7 +12,7 @@ import multiprocessing
 import pickle
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Literal, TypeVar, TypeVarTuple, cast
 
@@ -121,7 +121,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         readable: asyncio.Future[None] = loop.create_future()
         fd = worker.conn.fileno()
-        try:
+        with self._killed_on_failure(worker, fn, timeout_s):
             worker.conn.send_bytes(request)
             loop.add_reader(fd, _resolve, readable)
             try:
@@ -130,27 +130,17 @@ class WorkerPool:
             finally:
                 loop.remove_reader(fd)
             reply = worker.conn.recv_bytes()
-        except BaseException as exc:
-            error = self._failed(worker, exc, fn, timeout_s)
-            if error is exc:
-                raise
-            raise error from exc
         return cast(R, self._finish(worker, reply))
 
     def run_sync(self, fn: Callable[[*Ts], R], *args: *Ts, timeout_s: float) -> R:
         """Run `fn(*args)` in a worker, blocking the calling thread (any thread); raises as `run`."""
         request = _pack(fn, args)
         worker = self._acquire_sync()
-        try:
+        with self._killed_on_failure(worker, fn, timeout_s):
             worker.conn.send_bytes(request)
             if not worker.conn.poll(timeout_s):
                 raise TimeoutError
             reply = worker.conn.recv_bytes()
-        except BaseException as exc:
-            error = self._failed(worker, exc, fn, timeout_s)
-            if error is exc:
-                raise
-            raise error from exc
         return cast(R, self._finish(worker, reply))
 
     def _finish(self, worker: Worker, reply: bytes) -> object:
@@ -167,6 +157,20 @@ class WorkerPool:
         if remote_traceback:
             value.__cause__ = RemoteTraceback(remote_traceback)
         raise value
+
+    @contextlib.contextmanager
+    def _killed_on_failure(
+        self, worker: Worker, fn: Callable[..., object], timeout_s: float
+    ) -> Iterator[None]:
+        """Around one call's exchange with `worker`: if it does not finish cleanly, the worker is killed
+        and replaced, and the caller sees the pool's error for what happened."""
+        try:
+            yield
+        except BaseException as exc:
+            error = self._failed(worker, exc, fn, timeout_s)
+            if error is exc:
+                raise
+            raise error from exc
 
     def _failed(
         self, worker: Worker, exc: BaseException, fn: Callable[..., object], timeout_s: float
