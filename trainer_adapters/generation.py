@@ -119,10 +119,10 @@ def generate_batch(model: Any, requests: Sequence[GenerationRequest], pad_id: in
                     input_ids=input_ids,
                     attention_mask=mask,
                     position_ids=positions,
-                    past_key_values=cache,
+                    cache=cache,
                     use_cache=True,
                 )
-                cache = out.past_key_values
+                cache = out.cache
                 next_ids = _pick(out.logits[:, -1, :], rows, pad_id)
                 if all(row.finished for row in rows):
                     break
@@ -148,7 +148,7 @@ class BatchingEngine:
     """One model on one worker thread; requests queued by any thread or loop run in shared batches.
 
     Args:
-        model: a causal LM (`model(input_ids, attention_mask, position_ids, past_key_values)`).
+        model: a causal LM (`model(input_ids, attention_mask, position_ids, cache)`).
         pad_id: the padding token id.
         max_batch: the most requests in one batch (a CPU is saturated by a few dozen).
     """
