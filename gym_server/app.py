@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from gym_server import __version__
 from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
+from gym_server.api.media_type import JsonBodyMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
 from gym_server.errors import SandboxUnavailable
 from gym_server.rollout_runs import RolloutRunBoard
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     install_error_handlers(app)
     app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(JsonBodyMiddleware)  # outermost: a body that is not JSON is never read
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
     return app

@@ -13,6 +13,7 @@ client ever sees a traceback. The tree::
     ├── SessionFinished (409)
     ├── SessionExpired (410)
     ├── PayloadTooLarge (413)
+    ├── UnsupportedMediaType (415)
     ├── InvalidRequest (422)
     ├── AtCapacity (429, Retry-After)
     ├── BackendUnavailable (503)
@@ -43,6 +44,7 @@ __all__ = [
     "SessionNotFound",
     "StoreUnavailable",
     "TaskNotFound",
+    "UnsupportedMediaType",
 ]
 
 
@@ -155,6 +157,21 @@ class PayloadTooLarge(GymError):
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(
             f"request body of {size} bytes is over the limit of {limit} bytes", size=size, limit=limit
+        )
+
+
+class UnsupportedMediaType(GymError):
+    """A request body is not declared `application/json`, so it is refused before anyone reads it."""
+
+    status = 415
+    slug = "unsupported-media-type"
+    title = "Unsupported media type"
+
+    def __init__(self, content_type: str | None) -> None:
+        said = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        super().__init__(
+            f"request bodies must be JSON sent as 'Content-Type: application/json'; this one has {said}",
+            content_type=content_type,
         )
 
 

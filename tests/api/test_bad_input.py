@@ -177,3 +177,44 @@ async def test_bad_query_parameters(gym: AppHarness) -> None:
     assert_problem(await gym.client.get("/v1/environments/counter/tasks?limit=0"), 422, "limit")
     assert_problem(await gym.client.get("/v1/rollouts?status=sideways"), 422, "status")
     assert_problem(await gym.client.get("/v1/rollouts/nope"), 404, "nope")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None],
+)
+async def test_write_bodies_that_are_not_json_are_415_and_change_nothing(
+    gym: AppHarness, content_type: str | None
+) -> None:
+    """A browser sends text/plain, form and multipart POSTs cross-origin without a CORS preflight: none of
+    them may create, step or score anything."""
+    headers = {"content-type": content_type} if content_type else {}
+    session_id = (await open_counter(gym.client))["session_id"]
+    before = (await gym.client.get(f"/v1/sessions/{session_id}")).json()
+    step_body = b'{"message": {"role": "assistant", "content": "", "tool_calls": []}}'
+    writes = {
+        "/v1/sessions": b'{"env": "counter", "task_id": "counter-0000"}',
+        f"/v1/sessions/{session_id}/step": step_body,
+        f"/v1/sessions/{session_id}/truncated-turn": b'{"content": "cut"}',
+        "/v1/verify": b'{"env": "counter", "task_id": "counter-0000", "messages": []}',
+        "/v1/verify/batch": b'{"items": []}',
+        "/v1/rollouts": b'{"env": "counter", "policy": {"base_url": "http://127.0.0.1:9/v1"}}',
+    }
+    live = gym.app.state.manager.live_count
+    for path, body in writes.items():
+        response = await gym.client.post(path, content=body, headers=headers)
+        assert_problem(response, 415, "application/json")
+    after = (await gym.client.get(f"/v1/sessions/{session_id}")).json()
+    assert after["turns"] == before["turns"] and after["messages"] == before["messages"]
+    assert gym.app.state.manager.live_count == live
+
+
+async def test_json_with_parameters_and_empty_posts_are_accepted(gym: AppHarness) -> None:
+    created = await gym.client.post(
+        "/v1/sessions",
+        content=b'{"env": "counter", "task_id": "counter-0000"}',
+        headers={"content-type": "application/json; charset=utf-8"},
+    )
+    assert created.status_code == 201, created.text
+    verified = await gym.client.post(f"/v1/sessions/{created.json()['session_id']}/verify")
+    assert verified.status_code == 200, verified.text
