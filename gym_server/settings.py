@@ -72,6 +72,9 @@ class StoreSettings(BaseModel):
     path: Path = Field(DEFAULT_DB_PATH, description="SQLite file used when no URL is given")
     flush_interval_s: float = Field(0.2, gt=0, description="the writer's batching window")
     batch_size: int = Field(256, ge=1, description="rows written per transaction at most")
+    commit_timeout_s: float = Field(
+        10.0, gt=0, description="how long a create or close waits for its row to commit before a 503"
+    )
 
     def resolved_url(self) -> str:
         return self.url or f"sqlite:///{self.path}"

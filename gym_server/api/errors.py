@@ -7,20 +7,25 @@ wrong method), and a catch-all that logs the traceback and sends a 500 problem w
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from gym_server import jsontext
 from gym_server.errors import GymError
 
 __all__ = [
     "PROBLEM_MEDIA_TYPE",
+    "StrictJsonRoute",
     "install_error_handlers",
     "on_gym_error",
     "parse_body",
@@ -69,10 +74,41 @@ def problem(
 def parse_body(raw: bytes, model: type[M]) -> M:
     """Parse and validate a JSON body; failures raise the same 422 a FastAPI body parameter would."""
     try:
-        return model.model_validate_json(raw)
+        body = model.model_validate_json(raw)
+        jsontext.refuse_non_finite(raw)  # pydantic reads NaN and Infinity, which are not JSON
     except ValidationError as exc:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_input=False)]
         raise RequestValidationError(errors) from None
+    except json.JSONDecodeError as exc:
+        raise RequestValidationError([_json_invalid(exc)]) from None
+    return body
+
+
+def _json_invalid(exc: json.JSONDecodeError) -> dict[str, Any]:
+    return {"type": "json_invalid", "loc": ("body", exc.pos), "msg": exc.msg, "input": {}}
+
+
+class _StrictJsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = jsontext.loads_strict(await self.body())
+        return self._json
+
+
+class StrictJsonRoute(APIRoute):
+    """A FastAPI route whose JSON body parser refuses NaN and Infinity (422), as `parse_body` does.
+
+    FastAPI reads bodies with `json.loads`, which accepts both; orjson would then store them as `null`.
+    Its `JSONDecodeError` becomes FastAPI's usual 422, so the problem says what was wrong.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_json_handler(request: Request) -> Response:
+            return await handler(_StrictJsonRequest(request.scope, request.receive))
+
+        return strict_json_handler
 
 
 def gym_error_problem(exc: GymError, instance: str | None = None) -> Response:
@@ -90,7 +126,10 @@ async def on_gym_error(request: Request, exc: Exception) -> Response:
 
 def _describe(error: dict[str, Any]) -> dict[str, Any]:
     location = ".".join(str(part) for part in error.get("loc", ()))
-    return {"loc": location, "msg": str(error.get("msg", "")), "type": str(error.get("type", ""))}
+    message = str(error.get("msg", ""))
+    if error.get("type") == "json_invalid":  # FastAPI's own says only "JSON decode error"
+        message = str((error.get("ctx") or {}).get("error", message))
+    return {"loc": location, "msg": message, "type": str(error.get("type", ""))}
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> Response:

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-import orjson
-
+from gym_server import jsontext
 from gym_server.errors import (
     AtCapacity,
     GymError,
@@ -31,6 +30,7 @@ from gym_server.errors import (
     SessionExpired,
     SessionFinished,
     SessionNotFound,
+    StoreUnavailable,
 )
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
@@ -48,6 +48,8 @@ class RecordSink(Protocol):
     """Where finished and snapshotted trajectories go (the store's batching writer)."""
 
     def record(self, record: TrajectoryRecord) -> None: ...
+
+    async def committed(self, trajectory_id: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -161,11 +163,14 @@ class SessionManager:
             ),
             last_active=self._clock(),
         )
-        session.transcript_bytes = len(orjson.dumps(instance.messages))
+        session.transcript_bytes = len(jsontext.dumps(instance.messages))
         self._live[session.id] = session
         self.sink.record(self._record(session, TrajectoryStatus.LIVE))
         self.metrics.created.labels(entry.name).inc()
         self.metrics.live.set(len(self._live))
+        # The 201 promises the episode is on record: a server killed right after it still leaves the row
+        # that the next start marks lost.
+        await self._acknowledge(session.id)
         return session
 
     async def _start_env(self, entry: EnvironmentEntry, task: Task, seed: int | None) -> Environment:
@@ -247,7 +252,7 @@ class SessionManager:
             session.truncated = True
             record = {**(turn_data or {}), "content": content, "truncated": True}
             session.turn_data.append(record)
-            self._charge_bytes(session, len(orjson.dumps(record)))
+            self._charge_bytes(session, len(jsontext.dumps(record)))
             session.last_active = self._clock()
             session.dirty = True
             return len(session.turn_data), session.failure
@@ -261,9 +266,9 @@ class SessionManager:
     ) -> None:
         # Turn data is stored with the trajectory and held in memory until close, so it counts too:
         # otherwise a client could park megabytes per step on a session outside every budget.
-        size = len(orjson.dumps(message)) + len(orjson.dumps(replies))
+        size = len(jsontext.dumps(message)) + len(jsontext.dumps(replies))
         if turn_data:
-            size += len(orjson.dumps(turn_data))
+            size += len(jsontext.dumps(turn_data))
         self._charge_bytes(session, size)
         if not session.env.done and session.env.turns >= session.max_turns:
             session.failure = FailureClass.MAX_TURNS
@@ -296,6 +301,7 @@ class SessionManager:
         session = self._live.get(session_id)
         if session is None:
             if session_id in self._gone:
+                await self._acknowledge(session_id)  # a retried close confirms what the first could not
                 return
             raise SessionNotFound(session_id)
         async with session.lock:
@@ -307,16 +313,37 @@ class SessionManager:
             if session.failure:
                 status = TrajectoryStatus.FAILED
             await self._finish(session, status, "was closed")
+        await self._acknowledge(session_id)
+
+    async def _acknowledge(self, session_id: str) -> None:
+        """Return once the trajectory's newest record is committed: what a 2xx on a write promises.
+
+        Raises:
+            StoreUnavailable: not committed within `store.commit_timeout_s` (the record stays queued and
+                is written when the database is back; repeating the request confirms it), or refused.
+        """
+        timeout_s = self.settings.store.commit_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.sink.committed(session_id)
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"trajectory {session_id!r} is not committed after {timeout_s:g} s (the database is slow or "
+                "down); it stays queued and is written when the database answers: repeat the request to "
+                "confirm"
+            ) from None
 
     async def _finish(self, session: LiveSession, status: TrajectoryStatus, how: str) -> None:
         if self._live.pop(session.id, None) is None:
             return
         self._gone[session.id] = (self._clock(), how)
+        # Recorded before the environment closes (its sandbox may take a while), so a read in between
+        # finds the final record, never the last snapshot.
+        self.sink.record(self._record(session, status, finished=True))
         try:
             await asyncio.wait_for(session.env.close(), self.settings.limits.tool_timeout_s)
         except Exception:
             log.exception("environment %s failed to close session %s", session.entry.name, session.id)
-        self.sink.record(self._record(session, status, finished=True))
         self.metrics.closed.labels(session.entry.name, status.value).inc()
         self.metrics.live.set(len(self._live))
 

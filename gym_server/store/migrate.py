@@ -3,8 +3,9 @@
 Every engine of the store comes from `make_engine`, so every connection gets the same treatment: SQLite
 files get their parent folder created and WAL journaling with a busy timeout (concurrent readers beside
 the writer thread, and a locked file waits instead of failing at once); Postgres gets a connect timeout so a
-dead server fails a readiness probe quickly instead of hanging it. JSON columns go through orjson, which
-escapes NUL bytes and keeps non-ASCII text as it is.
+dead server fails a readiness probe quickly instead of hanging it. JSON columns go through
+`gym_server.jsontext`: orjson where it is exact, the standard library for integers beyond 64 bits, so a
+value is stored as it was sent.
 
 `is_outage` and `describe_error` sort and print database errors the same way everywhere: the writer keeps
 rows queued on an outage but skips a row the database refuses, reads turn an outage into a 503, and no
@@ -21,7 +22,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -29,6 +29,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from gym_server import jsontext
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -52,8 +54,8 @@ _PG_MIGRATION_LOCK = 0x67796D5F6462  # "gym_db"
 
 
 def json_dumps(value: Any) -> str:
-    """Serialize a JSON column value; NUL and non-ASCII survive, dict keys may be non-strings."""
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    """Serialize a JSON column value; any integer, NUL and non-ASCII survive, keys may be non-strings."""
+    return jsontext.dumps(value).decode()
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -115,7 +117,7 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
         raise ValueError(f"unsupported database {backend!r} in {mask_url(parsed)}: use sqlite or postgresql")
     options: dict[str, Any] = {
         "json_serializer": json_dumps,
-        "json_deserializer": orjson.loads,
+        "json_deserializer": jsontext.loads,
         "pool_pre_ping": True,
     }
     if backend == "sqlite":

@@ -73,8 +73,8 @@ class RescoreRecord(BaseModel):
 
 
 # Stored as they are, not copied through pydantic (the writer's largest cost): the transcript is
-# JSON-native by construction (the session manager serializes it with plain orjson for its byte
-# budget), and so are tool schemas and driver token data. The other fields keep `model_dump`, which
+# JSON-native by construction (the session manager serializes it with `jsontext.dumps` for its
+# byte budget), and so are tool schemas and driver token data. The other fields keep `model_dump`, which
 # turns a model nested in them (a verifier's info, say) into the dict the JSON column can store.
 _STORED_AS_IS = ("messages", "tools", "turns")
 

@@ -4,7 +4,9 @@ Recording a trajectory is a dictionary assignment under a lock: no I/O, no copy,
 daemon thread with its own engine wakes every `flush_interval_s` (sooner when a batch is full or someone
 awaits `flush()`), takes up to `batch_size` queued records, and upserts them in one transaction. Records with
 the same id coalesce while queued: a session recorded at creation and again at close costs one row write if
-both land in the same window.
+both land in the same window. An acknowledgement waits for its row with `committed(id)`: the writer wakes at
+once, and every waiter of a batch is released after that batch's one transaction (group commit), so a
+2xx means committed while a burst of closes still costs one commit, not one each.
 
 Failures are sorted by cause. When the database cannot be reached (connection refused, file locked, disk
 full) the rows stay queued, `healthy` turns False with the error, and the thread retries with exponential
@@ -25,7 +27,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
@@ -46,16 +48,19 @@ T = TypeVar("T")
 
 
 @dataclass(slots=True)
-class _Pending:
-    record: TrajectoryRecord
-    seq: int  # enqueue number of the oldest version of this id not yet written
-
-
-@dataclass(slots=True)
 class _Waiter:
     seq: int  # everything enqueued up to this number must be written
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    record: TrajectoryRecord
+    seq: int  # enqueue number of the oldest version of this id not yet written
+    # `committed()` callers waiting for this id; a newer version of the id takes them over, since
+    # committing it commits everything the older one held
+    waiters: builtins.list[_Waiter] = field(default_factory=list)
 
 
 def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
@@ -192,7 +197,10 @@ class TrajectoryStore:
                 raise RuntimeError(f"{self!r} is stopped; trajectory {rec.id!r} cannot be recorded")
             self._seq += 1
             queued = self._queue.get(rec.id)
-            self._queue[rec.id] = _Pending(rec, queued.seq if queued is not None else self._seq)
+            if queued is None:
+                self._queue[rec.id] = _Pending(rec, self._seq)
+            else:
+                self._queue[rec.id] = _Pending(rec, queued.seq, list(queued.waiters))
             batch_ready = len(self._queue) >= self._batch_size
         if batch_ready and self._last_error is None:
             self._wake.set()
@@ -222,6 +230,35 @@ class TrajectoryStore:
             with self._lock:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+
+    async def committed(self, trajectory_id: str) -> None:
+        """Return once the newest queued version of `trajectory_id` is committed (at once if none is queued).
+
+        This is the group commit behind every acknowledgement: the caller's record rides in the writer's
+        next batch with everyone else's, and all their waiters are released after that one transaction.
+        While the database is down this waits until it is back; bound it with `asyncio.timeout()`.
+
+        Raises:
+            StoreUnavailable: the database refused the record for its content, or the store stopped
+                before it could be written.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(0, loop, loop.create_future())
+        with self._lock:
+            pending = self._queue.get(trajectory_id)
+            if pending is None:
+                return
+            if not self._running:
+                raise StoreUnavailable(f"{self!r} is not running: trajectory {trajectory_id!r} is unwritten")
+            pending.waiters.append(waiter)
+        self._wake.set()
+        try:
+            await waiter.future
+        finally:
+            with self._lock:
+                pending = self._queue.get(trajectory_id)
+                if pending is not None and waiter in pending.waiters:
+                    pending.waiters.remove(waiter)
 
     async def mark_lost(self, server_name: str) -> int:
         """Mark the live trajectories `server_name` left in the database lost; call once at start-up."""
@@ -375,7 +412,7 @@ class TrajectoryStore:
             log.error(
                 "trajectory %r rejected by the database, skipped: %s", batch[0].record.id, describe_error(exc)
             )
-            self._settle(batch, written=False)
+            self._settle(batch, written=False, error=describe_error(exc))
             return True
         if self._last_error is not None:
             log.warning("trajectory database back; %d rows still queued", self.pending - len(batch))
@@ -383,8 +420,8 @@ class TrajectoryStore:
         self._settle(batch, written=True)
         return True
 
-    def _settle(self, batch: builtins.list[_Pending], *, written: bool) -> None:
-        """Forget the committed (or rejected) entries unless re-recorded meanwhile; wake flush() callers."""
+    def _settle(self, batch: builtins.list[_Pending], *, written: bool, error: str | None = None) -> None:
+        """Forget the committed (or rejected) entries unless re-recorded meanwhile; wake their waiters."""
         with self._lock:
             for entry in batch:
                 if self._queue.get(entry.record.id) is entry:
@@ -392,18 +429,25 @@ class TrajectoryStore:
             low_water = self._low_water()
             ready = [waiter for waiter in self._waiters if waiter.seq < low_water]
             self._waiters = [waiter for waiter in self._waiters if waiter.seq >= low_water]
+            committed = [waiter for entry in batch for waiter in entry.waiters]
         if written:
             self._written += len(batch)
         else:
             self._dropped += len(batch)
+        refused = None
+        if not written:
+            refused = StoreUnavailable(f"the database refused trajectory {batch[0].record.id!r}: {error}")
         for waiter in ready:
             self._resolve(waiter, None)
+        for waiter in committed:
+            self._resolve(waiter, refused)
 
     def _release_waiters(self) -> None:
         """On thread exit: fail the flush() callers whose records could not be written."""
         with self._lock:
             self._running = False
             waiters, self._waiters = self._waiters, []
+            waiters += [waiter for entry in self._queue.values() for waiter in entry.waiters]
             left = len(self._queue)
         if left:
             log.error("trajectory writer stopped with %d trajectories unwritten: %s", left, self._last_error)

@@ -6,21 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from conftest import AppHarness
-from gymtest import call, open_counter, say, step
-
-
-def assert_problem(response: httpx.Response, status: int, needle: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    body = dict(response.json())
-    assert body["status"] == status
-    assert body["type"].startswith("urn:gym-server:problem:")
-    assert needle in body["detail"], body["detail"]
-    assert "Traceback" not in response.text and 'File "' not in response.text
-    return body
+from gymtest import assert_problem, call, open_counter, say, step
 
 
 async def test_malformed_json(gym: AppHarness) -> None:
@@ -71,7 +59,11 @@ async def test_oversized_body_is_413(app_factory: Callable[..., Any]) -> None:
             for _ in range(10):
                 yield b"z" * 1000
 
-        chunked = await gym.client.post(f"/v1/sessions/{session['session_id']}/step", content=chunks())
+        chunked = await gym.client.post(
+            f"/v1/sessions/{session['session_id']}/step",
+            content=chunks(),
+            headers={"content-type": "application/json"},
+        )
         assert_problem(chunked, 413, "over the limit")
         # The session is untouched and still playable.
         assert (await step(gym.client, session["session_id"], call("read"))).status_code == 200

@@ -27,6 +27,7 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep
+from gym_server.api.errors import StrictJsonRoute
 from gym_server.errors import GymError, InvalidRequest, NotFoundError
 from gym_server.rollout_runs import RolloutRun
 from gym_server.sdk.tasks import Task
@@ -50,7 +51,7 @@ from gym_server.trainer_adapters.samplers import (
 
 __all__ = ["ManagerBackend", "RolloutRunRequest", "router"]
 
-router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
+router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], route_class=StrictJsonRoute)
 
 
 class PolicySpec(BaseModel):

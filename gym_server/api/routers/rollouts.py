@@ -10,13 +10,14 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from gym_server.api.deps import RegistryDep, SettingsDep, StoreDep
+from gym_server.api.errors import StrictJsonRoute
 from gym_server.api.schemas import RolloutPage
 from gym_server.errors import RolloutNotFound
 from gym_server.rescoring import Rescorer
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
 
-router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
+router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], route_class=StrictJsonRoute)
 
 
 @router.get("", response_model=RolloutPage, summary="List stored trajectories, newest first")

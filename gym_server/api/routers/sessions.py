@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gym_server import jsontext
 from gym_server.api.asgi import has_json_content_type, read_body, replay_body
 from gym_server.api.deps import ManagerDep, StoreDep
-from gym_server.api.errors import on_gym_error, parse_body
+from gym_server.api.errors import StrictJsonRoute, on_gym_error, parse_body
 from gym_server.api.schemas import (
     CreateSessionRequest,
     SessionCreated,
@@ -35,7 +35,7 @@ from gym_server.sdk.environment import VerifyResult
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], route_class=StrictJsonRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"description": "unknown session"},
@@ -56,7 +56,7 @@ _STEP_REQUEST_SCHEMA = {
 
 
 def _json(payload: dict[str, Any]) -> bytes:
-    return orjson.dumps(payload, default=str)
+    return jsontext.dumps(payload, default=str)
 
 
 def _response(body: bytes, status_code: int = 200) -> Response:
@@ -191,9 +191,11 @@ def _plain_create_body(scope: Scope, raw: bytes) -> CreateSessionRequest | None:
     if not has_json_content_type(scope):
         return None
     try:
-        return CreateSessionRequest.model_validate_json(raw)
-    except ValidationError:
+        body = CreateSessionRequest.model_validate_json(raw)
+        jsontext.refuse_non_finite(raw)
+    except (ValidationError, ValueError):
         return None
+    return body
 
 
 class SessionFastPath:

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from gym_server.api.deps import RegistryDep, SettingsDep
-from gym_server.api.errors import problem_body
+from gym_server.api.errors import StrictJsonRoute, problem_body
 from gym_server.api.schemas import BatchVerifyItem, BatchVerifyRequest, BatchVerifyResponse, VerifyRequest
 from gym_server.errors import GymError
 from gym_server.sdk.environment import VerifyResult
@@ -16,7 +16,7 @@ from gym_server.sdk.registry import Registry
 from gym_server.sessions.replay import verify_transcript
 from gym_server.settings import Settings
 
-router = APIRouter(prefix="/v1/verify", tags=["verify"])
+router = APIRouter(prefix="/v1/verify", tags=["verify"], route_class=StrictJsonRoute)
 
 # Bounded so one large batch cannot monopolise the verifier workers.
 _BATCH_CONCURRENCY = 16
