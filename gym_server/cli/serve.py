@@ -14,6 +14,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated
@@ -39,12 +40,14 @@ _GC_GEN0_THRESHOLD = 20_000
 def _run_replica(settings: Settings) -> None:
     from gym_server.app import create_app
 
+    # Bind before the app starts: its start-up marks this server name's `live` rows lost, and a second
+    # server started on a busy port (same host:port, same name) must fail without touching the rows of
+    # the server that is running there.
+    listener = _bind(settings.host, settings.port)
     app = create_app(settings)
     _freeze_heap_after_startup(app)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
         loop="uvloop",
         http="httptools",
         log_level=settings.log_level,
@@ -54,6 +57,27 @@ def _run_replica(settings: Settings) -> None:
         proxy_headers=False,
         timeout_graceful_shutdown=10,
     )
+    with listener:
+        uvicorn.Server(config).run(sockets=[listener])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or one clear line and exit 1 (the port is taken, say)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        console.print(
+            f"[red]cannot listen on {host}:{port}:[/] {exc.strerror or exc} (is another gym-server "
+            "running there? its sessions and stored rows are left untouched)"
+        )
+        raise typer.Exit(1) from None
+    listener.set_inheritable(True)
+    return listener
 
 
 def _freeze_heap_after_startup(app: FastAPI) -> None:

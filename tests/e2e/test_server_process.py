@@ -6,12 +6,14 @@ which the next start marks `lost`; a graceful stop records live sessions as lost
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from conftest import ServerProcess
 from gymtest import call, poll, target_of
 
@@ -113,6 +115,37 @@ def test_graceful_stop_records_live_sessions_as_lost(
         assert lost["failure"] == "server_shutdown"
         assert lost["num_turns"] == 1
         assert lost["messages"][-1]["content"] != ""
+
+
+def test_a_second_server_on_a_busy_port_touches_nothing_of_the_running_one(
+    server_factory: Callable[..., ServerProcess], database_url: str
+) -> None:
+    """Same host:port means same server name; its start-up used to mark the running server's live
+    sessions lost in the shared store before it failed to bind."""
+    running = server_factory(database_url)
+    running.start()
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        live = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0002"}).json()
+        sid = live["session_id"]
+        assert client.post(f"/v1/sessions/{sid}/step", json={"message": call("read")}).status_code == 200
+
+        second = subprocess.run(running.args, env=running.env, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1
+        assert "cannot listen on 127.0.0.1" in second.stderr
+        assert "Traceback" not in second.stderr + second.stdout
+
+        engine = sa.create_engine(database_url)
+        try:
+            with engine.connect() as connection:
+                status = connection.execute(
+                    sa.text("SELECT status FROM trajectories WHERE id = :id"), {"id": sid}
+                ).scalar_one()
+        finally:
+            engine.dispose()
+        assert status == "live"
+        assert client.post(f"/v1/sessions/{sid}/step", json={"message": call("read")}).status_code == 200
+        assert client.delete(f"/v1/sessions/{sid}").status_code == 204
+        assert client.get(f"/v1/rollouts/{sid}").json()["status"] == "abandoned"
 
 
 def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(

@@ -24,7 +24,8 @@ async def healthz() -> dict[str, str]:
     "/readyz",
     summary="Readiness: the database and the sandbox backend answer",
     description=(
-        "200 when the database answers and the sandbox backend chosen at start-up still can make sandboxes "
+        "200 when the database answers, the trajectory writer commits, and the sandbox backend chosen at "
+        "start-up still can make sandboxes "
         "(Docker: the engine answers; bubblewrap: it can still create namespaces). `sandbox.state` is `none` "
         "when `auto` found no backend at start-up: the server is ready for environments that run no code. "
         "The sandbox probe is cached for two seconds. Otherwise 503 problem+json naming what is down."
@@ -36,8 +37,10 @@ async def readyz(store: StoreDep, manager: ManagerDep) -> Any:
     failing: dict[str, str] = {}
     if not database_ok:
         failing["database"] = f"unreachable: {store.last_error or 'no answer'}"
-    if store.pending > 10 * manager.settings.store.batch_size and not store.healthy:
-        failing["writer"] = f"{store.pending} rows waiting: {store.last_error}"
+    if not store.healthy:
+        # Reads may still work (SQLite readers beside a writer's lock, say), yet nothing acknowledged can
+        # be committed: a balancer must stop sending episodes here.
+        failing["writer"] = f"failing with {store.pending} rows waiting: {store.last_error}"
     if not sandbox.ready:
         failing["sandbox"] = f"{sandbox.backend} {sandbox.state}: {sandbox.detail}"
     checks = {"database": "ok", "sandbox": sandbox.state, **failing}
