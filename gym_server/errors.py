@@ -16,6 +16,7 @@ client ever sees a traceback. The tree::
     ├── UnsupportedMediaType (415)
     ├── InvalidRequest (422)
     ├── AtCapacity (429, Retry-After)
+    │   └── SandboxesBusy
     ├── BackendUnavailable (503)
     │   ├── StoreUnavailable
     │   └── SandboxUnavailable
@@ -39,6 +40,7 @@ __all__ = [
     "PayloadTooLarge",
     "RolloutNotFound",
     "SandboxUnavailable",
+    "SandboxesBusy",
     "SessionExpired",
     "SessionFinished",
     "SessionNotFound",
@@ -200,6 +202,17 @@ class AtCapacity(GymError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class SandboxesBusy(AtCapacity):
+    """No room for one more sandbox now: the cap on running sandboxes or their memory/CPU budget is taken."""
+
+    slug = "sandboxes-busy"
+    title = "No sandbox free"
+
+    def __init__(self, detail: str, retry_after_s: int, **extra: Any) -> None:
+        GymError.__init__(self, detail, **extra)  # the detail names which limit, unlike AtCapacity's
+        self.retry_after_s = retry_after_s
 
 
 class BackendUnavailable(GymError):

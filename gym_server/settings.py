@@ -81,11 +81,28 @@ class StoreSettings(BaseModel):
 
 
 class SandboxSettings(BaseModel):
-    """Which sandbox backend runs model-written code."""
+    """Which sandbox backend runs model-written code, and how many sandboxes may run at once.
+
+    The cap and the budgets bound sessions' sandboxes and verification's loans together; left unset
+    (None), each is derived from the cores and memory the server may use (its cgroup's, where lower).
+    """
 
     backend: Literal["auto", "docker", "bubblewrap", "unsafe-no-sandbox"] = "auto"
     image: str = "gym-sandbox:latest"
     pool_size: int = Field(2, ge=0)
+    max_running: int | None = Field(
+        None, ge=1, description="sandboxes running at once, sessions' and verification's (default 4 per core)"
+    )
+    memory_budget_mb: int | None = Field(
+        None, ge=1, description="sum of running sandboxes' memory limits (default half the memory)"
+    )
+    cpu_budget: float | None = Field(
+        None, gt=0, description="sum of running sandboxes' CPU quotas, in cores (default 4 per core)"
+    )
+    queue_wait_s: float = Field(
+        10.0, ge=0, description="how long verification waits for a free sandbox before 429"
+    )
+    retry_after_s: int = Field(2, ge=1, description="Retry-After sent when no sandbox is free")
 
 
 class Settings(BaseSettings):

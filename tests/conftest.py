@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,6 @@ class AppHarness:
 @pytest.fixture
 def app_factory(database_url: str) -> Callable[..., Any]:
     """Build an app on the parametrized database with overridden settings; use as an async context."""
-    from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def factory(registry: Registry | None = None, **overrides: Any) -> AsyncIterator[AppHarness]:
@@ -87,6 +87,17 @@ def app_factory(database_url: str) -> Callable[..., Any]:
                 yield AppHarness(app, client, settings)
 
     return factory
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, **overrides: Any) -> AsyncIterator[AppHarness]:
+    """An app on a SQLite file in `tmp_path` with overridden settings, served in-process with its lifespan."""
+    settings = make_settings(f"sqlite:///{tmp_path / 'gym.db'}", **overrides)
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+            yield AppHarness(app, client, settings)
 
 
 @pytest.fixture

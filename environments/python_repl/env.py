@@ -1,8 +1,9 @@
 """The `python_repl` environment: answer a question by running Python in a persistent interpreter.
 
 Multi-turn. The model calls `run_python(code)` as often as it likes; variables, imports and files
-persist for the whole episode, in one interpreter that lives in the session's own sandbox (started on
-the first call, with the task's data files in its work dir, closed with the session). A cell that runs
+persist for the whole episode, in one interpreter that lives in the session's own sandbox (admitted
+when the session starts, so a server with no sandbox free refuses the session with 429; started on the
+first call, with the task's data files in its work dir; closed with the session). A cell that runs
 past `cell_timeout_s` is stopped and the interpreter restarted (the tool message says so); so is one
 that kills the interpreter. The episode ends with `submit_answer(answer)`, or with a plain assistant
 message, which then counts as the answer.
@@ -19,8 +20,8 @@ from typing import Any, ClassVar
 
 from gym_server.environments.python_repl.repl import PythonSession
 from gym_server.errors import SandboxUnavailable
-from gym_server.sandbox.protocol import Limits, Sandbox
-from gym_server.sandbox.runtime import start_sandbox
+from gym_server.sandbox.protocol import Limits
+from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tools import ToolError, tool
@@ -61,17 +62,22 @@ class PythonReplEnv(Environment):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sandbox: Sandbox | None = None
+        self.sandbox: SessionSandbox | None = None
         self.session: PythonSession | None = None
         self.submitted: str | None = None
         self.cells = 0
 
+    async def setup(self) -> None:
+        self.sandbox = await session_sandbox(self.limits, session_id=self.task.id)
+
     async def _python(self) -> PythonSession:
         if self.session is None:
-            self.sandbox = await start_sandbox(self.limits, session_id=self.task.id)
+            if self.sandbox is None:
+                raise SandboxUnavailable("the episode was not started (reset) or is closed")
+            sandbox = await self.sandbox.get()
             for name, text in (self.task.metadata.get("files") or {}).items():
-                await self.sandbox.put_file(name, text)
-            self.session = PythonSession(self.sandbox)
+                await sandbox.put_file(name, text)
+            self.session = PythonSession(sandbox)
         return self.session
 
     @tool
@@ -110,7 +116,9 @@ class PythonReplEnv(Environment):
         )
 
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-        if self.sandbox is not None:
-            await self.sandbox.close()
+        try:
+            if self.session is not None:
+                await self.session.close()
+        finally:
+            if self.sandbox is not None:
+                await self.sandbox.close()

@@ -3,7 +3,8 @@
 Sessions live in one process's memory, so `--workers N` does not share a socket the way a stateless
 app would (a step could land on a process that never saw its session). Instead it runs N independent
 replicas on consecutive ports, each with its own server name, all writing to the same database;
-clients spread their sessions over the replicas. See README "Scaling out".
+clients spread their sessions over the replicas. See README "Scaling out". The replicas share one
+machine, so each gets an equal share of the sandbox cap and budget (`GYM_SANDBOX__*`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 
-from gym_server.settings import Settings
+from gym_server.sandbox.admission import Budget
+from gym_server.settings import SandboxSettings, Settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -156,13 +158,30 @@ def serve(
     _run_replicas(settings, workers)
 
 
+def _sandbox_share(settings: Settings, workers: int) -> SandboxSettings:
+    """Each replica's share of the host's sandbox cap and budget: the replicas run on one machine."""
+    budget = Budget.from_settings(settings.sandbox)
+    return settings.sandbox.model_copy(
+        update={
+            "max_running": max(1, budget.max_running // workers),
+            "memory_budget_mb": max(1, budget.memory_mb // workers),
+            "cpu_budget": budget.cpus / workers,
+        }
+    )
+
+
 def _run_replicas(settings: Settings, workers: int) -> None:
     """Start the replicas, forward SIGTERM/SIGINT to them, and wait until all have stopped."""
     context = multiprocessing.get_context("spawn")
     replicas = []
+    sandbox = _sandbox_share(settings, workers)
     for index in range(workers):
         replica = settings.model_copy(
-            update={"port": settings.port + index, "server_name": f"{settings.server_name}-{index}"}
+            update={
+                "port": settings.port + index,
+                "server_name": f"{settings.server_name}-{index}",
+                "sandbox": sandbox,
+            }
         )
         process = context.Process(
             target=_run_orphan_proof_replica, args=(replica,), name=f"gym-server-{index}"

@@ -6,6 +6,7 @@ These touch the host itself (mount tables, the process tree) rather than one san
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import time
@@ -15,6 +16,7 @@ __all__ = ["mount_tmpfs", "orphan_reaper", "start_time", "unmount_below"]
 
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 _PR_SET_CHILD_SUBREAPER = 36
+_POLL_S = 0.05  # how often an exited init is looked for where the kernel has no pidfds
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -46,6 +48,10 @@ class _OrphanReaper:
     server running as pid 1 of a container without one) collects zombies. The server therefore becomes
     a child subreaper and waits for exactly the pids bubblewrap reported, and for no other process, so
     it never steals an exit status another component waits for.
+
+    An init still running when it is reported is watched through a pidfd on the running loop and
+    collected the moment it exits: checking only when the next sandbox reports its own init left the
+    last one of a quiet spell a zombie for as long as the server stayed idle.
     """
 
     def __init__(self) -> None:
@@ -53,21 +59,50 @@ class _OrphanReaper:
         self._pending: set[int] = set()
 
     def add(self, pid: int) -> None:
-        if self.enabled:
-            self._pending.add(pid)
+        """Collect `pid` (an init that is, or is about to become, our child) as soon as it exits."""
+        if not self.enabled:
+            return
+        self._pending.add(pid)
         self.reap()
+        if pid in self._pending:
+            self._watch(pid, asyncio.get_running_loop())
+
+    def _watch(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # gone already: collected meanwhile
+            self._pending.discard(pid)
+            return
+        except OSError:  # a kernel without pidfds (before 5.3): look again shortly
+            loop.call_later(_POLL_S, self._poll, pid, loop)
+            return
+        loop.add_reader(fd, self._exited, pid, fd, loop)
+
+    def _exited(self, pid: int, fd: int, loop: asyncio.AbstractEventLoop) -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        self._collect(pid)
+
+    def _poll(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
+        if pid in self._pending and not self._collect(pid) and not loop.is_closed():
+            loop.call_later(_POLL_S, self._poll, pid, loop)
+
+    def _collect(self, pid: int) -> bool:
+        """Wait for `pid` without blocking; True once it is collected (or was never ours to collect)."""
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not ours (an init took it) or already collected
+            done = pid
+        if done:
+            self._pending.discard(pid)
+        return bool(done)
 
     def reap(self, wait_s: float = 0.0) -> int:
         """Collect the pending pids that have exited; wait up to `wait_s` for the rest."""
         deadline = time.monotonic() + wait_s
         while True:
             for pid in list(self._pending):
-                try:
-                    done, _ = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:  # not ours (an init took it) or already collected
-                    done = pid
-                if done:
-                    self._pending.discard(pid)
+                self._collect(pid)
             if not self._pending or time.monotonic() >= deadline:
                 return len(self._pending)
             time.sleep(0.005)

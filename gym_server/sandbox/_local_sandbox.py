@@ -117,6 +117,7 @@ class LocalSandbox:
                 open_fds.discard(write_fd)
                 os.close(write_fd)
 
+        status: dict[str, object] = {}
         try:
             command, host_cwd = self.backend.command(
                 self, argv, env, sandbox_path(cwd or WORKDIR), limit_s, write_fd
@@ -135,10 +136,13 @@ class LocalSandbox:
                 pass_fds=(write_fd,) if write_fd >= 0 else (),
                 after_spawn=close_write_end,
             )
-            status = _read_status(read_fd) if read_fd >= 0 else {}
-            if isinstance(status.get("child-pid"), int):
-                orphan_reaper().add(int(str(status["child-pid"])))
         finally:
+            # Also when the run was cancelled: bubblewrap's init is orphaned to us either way, and only
+            # the pid it reported lets the reaper collect it.
+            if read_fd >= 0:
+                status = _read_status(read_fd)
+                if isinstance(status.get("child-pid"), int):
+                    orphan_reaper().add(int(str(status["child-pid"])))
             for fd in list(open_fds):
                 open_fds.discard(fd)
                 os.close(fd)

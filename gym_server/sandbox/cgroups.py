@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CgroupManager", "SandboxCgroup"]
+__all__ = ["CgroupManager", "SandboxCgroup", "own_limits"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,54 @@ def _mounts() -> dict[str, Path]:
                 if option in _CONTROLLERS:
                     found[option] = Path(point)
     return found
+
+
+def _read_limit(path: Path) -> float | None:
+    """A limit file's value, None when it says unlimited ("max", -1, or v1's near-2**63) or is absent."""
+    try:
+        text = path.read_text().split()
+    except OSError:
+        return None
+    if not text or text[0] in ("max", "-1"):
+        return None
+    value = float(text[0])
+    if path.name == "cpu.max" and len(text) > 1:
+        value /= float(text[1])  # quota over period: cores
+    return value if value < 2**62 else None
+
+
+def own_limits() -> tuple[float | None, int | None]:
+    """The CPU quota (cores) and memory limit (bytes) on the server's own cgroup and its ancestors.
+
+    The tightest limit on the way up wins; None where nothing is set or the layout is unknown. A server
+    in a container sees the container's limits here, which the host's core count and memory do not show.
+    """
+    try:
+        mounts, own = _mounts(), _own_paths()
+    except (OSError, ValueError):
+        return None, None
+    files = {"cpu": [("cpu", "cpu.cfs_quota_us")], "memory": [("memory", "memory.limit_in_bytes")]}
+    if "" in mounts and "" in own:
+        files["cpu"].append(("", "cpu.max"))
+        files["memory"].append(("", "memory.max"))
+    found: dict[str, float] = {}
+    for kind, places in files.items():
+        for controller, name in places:
+            if controller not in mounts:
+                continue
+            folder = mounts[controller] / own.get(controller, "/").lstrip("/")
+            while True:
+                value = _read_limit(folder / name)
+                if value is not None and kind == "cpu" and name == "cpu.cfs_quota_us":
+                    period = _read_limit(folder / "cpu.cfs_period_us")
+                    value = value / period if period else None
+                if value is not None:
+                    found[kind] = min(found.get(kind, value), value)
+                if folder == mounts[controller] or folder.parent == folder:
+                    break
+                folder = folder.parent
+    memory = found.get("memory")
+    return found.get("cpu"), None if memory is None else int(memory)
 
 
 def _write(path: Path, value: str) -> None:

@@ -141,7 +141,10 @@ def _ping_docker(timeout_s: float) -> None:
 
 
 async def _run_bwrap() -> None:
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/"]
+    # --as-pid-1: no init of bwrap's own in the namespace, which would outlive bwrap by a moment and be
+    # orphaned to the server (a subreaper once a sandbox ran) with no pid reported to collect it by.
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--as-pid-1"]
+    argv += ["--ro-bind", "/", "/"]
     argv += ["--", "/bin/true"]
     if os.geteuid() == 0:
         # As root the backend runs bwrap as an unprivileged uid, which needs unprivileged user

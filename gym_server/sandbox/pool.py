@@ -9,6 +9,10 @@ happen in the background; a burst beyond the pool's size starts extra sandboxes 
 the backend's own start gate). A returned extra takes a free slot (a refill that finishes later closes
 its own sandbox instead, since the extra is already warm) and is closed when none is free, so the pool
 never holds more than `size`.
+
+With an `Admission`, every loan is admitted first (queueing for a bounded time when the server's cap
+on running sandboxes or its budget is taken), so idle warm sandboxes cost nothing against the budget and
+the sandboxes actually running code never outnumber it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from gym_server.sandbox.admission import Admission
 from gym_server.sandbox.protocol import Command, ExecResult, FileData, Limits, Sandbox, SandboxBackend
 
 __all__ = ["SandboxPool"]
@@ -42,7 +47,13 @@ class SandboxPool:
     """
 
     def __init__(
-        self, backend: SandboxBackend, *, size: int = 2, limits: Limits | None = None, max_uses: int = 50
+        self,
+        backend: SandboxBackend,
+        *,
+        size: int = 2,
+        limits: Limits | None = None,
+        max_uses: int = 50,
+        admission: Admission | None = None,
     ) -> None:
         if size < 0 or max_uses < 1:
             raise ValueError("pool size must be >= 0 and max_uses >= 1")
@@ -50,6 +61,7 @@ class SandboxPool:
         self.size = size
         self.limits = limits or Limits()
         self.max_uses = max_uses
+        self.admission = admission
         self._idle: list[Sandbox] = []
         # The pool's own sandboxes, idle or lent: at most `size`. A sandbox joins only when a slot is free
         # at that moment, with no await in between, so a refill and a returning extra never share one.
@@ -109,9 +121,21 @@ class SandboxPool:
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[Sandbox]:
-        """Lend a sandbox for the duration of the block; it is scrubbed or retired afterwards."""
+        """Lend a sandbox for the duration of the block; it is scrubbed or retired afterwards.
+
+        Raises:
+            SandboxesBusy: the admission found no room within its queueing wait.
+        """
         if self._closed:
             raise RuntimeError("the sandbox pool is closed")
+        admitted: contextlib.AbstractAsyncContextManager[object] = contextlib.nullcontext()
+        if self.admission is not None:
+            admitted = self.admission.hold(self.limits, queue=True)
+        async with admitted, self._lend() as sandbox:
+            yield sandbox
+
+    @contextlib.asynccontextmanager
+    async def _lend(self) -> AsyncIterator[Sandbox]:
         sandbox = self._idle.pop() if self._idle else await self.backend.start(self.limits)
         self._schedule_refill()
         self._lent.add(sandbox)

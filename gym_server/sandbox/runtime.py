@@ -1,11 +1,12 @@
 """The sandboxes environments use: one backend and one warm pool per event loop, chosen from settings.
 
-Environments call `sandbox_pool()` (stateless verification) or `start_sandbox()` (a per-session
-sandbox) without knowing which backend runs them. The server chooses its backend at start-up with
-`start(settings)`, reports it to readiness with `health()`, and closes it with `shutdown()`; anything
-else (a test, the CLI's `play`, a notebook) gets a backend chosen by `select_backend(get_settings())`
-on first use, or the one it `install()`ed. Objects are kept per event loop, because asyncio locks and
-pools belong to the loop that made them.
+Environments call `sandbox_pool()` (stateless verification) or `session_sandbox()` (a per-session
+sandbox) without knowing which backend runs them; both pass the runtime's one `Admission`, so sessions
+and verification share a single cap on running sandboxes and a single memory and CPU budget. The
+server chooses its backend at start-up with `start(settings)`, reports it to readiness with `health()`,
+and closes it with `shutdown()`; anything else (a test, the CLI's `play`, a notebook) gets a backend
+chosen by `select_backend(get_settings())` on first use, or the one it `install()`ed. Objects are kept
+per event loop, because asyncio locks and pools belong to the loop that made them.
 
 The warm pool fills on first use, not at start-up: a server whose environments never run code starts
 no sandbox at all, and one that does pays a single cold start before the pool is warm.
@@ -22,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from gym_server.errors import SandboxUnavailable
+from gym_server.sandbox.admission import Admission, Ticket
 from gym_server.sandbox.factory import probe, select_backend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
@@ -29,13 +31,14 @@ from gym_server.settings import Settings, get_settings
 
 __all__ = [
     "SandboxHealth",
+    "SessionSandbox",
     "health",
     "install",
     "sandbox_backend",
     "sandbox_pool",
+    "session_sandbox",
     "shutdown",
     "start",
-    "start_sandbox",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,8 @@ class SandboxHealth:
         backend: the backend's name, when there is one.
         detail: why it is unavailable or absent.
         pool: the warm pool's `size` and `idle` sandboxes.
+        admission: running sandboxes and reserved memory and CPU against the cap and budget, the most
+            ever running at once (`peak`), and how many callers wait (`Admission.state()`).
     """
 
     ready: bool
@@ -62,6 +67,7 @@ class SandboxHealth:
     backend: str | None = None
     detail: str | None = None
     pool: dict[str, int] | None = None
+    admission: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         values = {item.name: getattr(self, item.name) for item in fields(self)}
@@ -72,6 +78,7 @@ class SandboxHealth:
 class _Runtime:
     backend: SandboxBackend | None
     pool: SandboxPool | None
+    admission: Admission
     owned: bool  # made here (closed by `shutdown`), or installed by its caller
     why_none: str = ""  # why `auto` found no backend: the detail every sandbox user then gets
     probe: asyncio.Task[str | None] | None = None  # the last probe: None when the backend answered
@@ -88,7 +95,9 @@ async def _make(settings: Settings) -> _Runtime:
     if callable(start_reaper):
         start_reaper()
     log.info("sandbox backend: %s (configured: %s)", backend.name, settings.sandbox.backend)
-    return _Runtime(backend, SandboxPool(backend, size=settings.sandbox.pool_size), owned=True)
+    admission = Admission.from_settings(settings.sandbox)
+    pool = SandboxPool(backend, size=settings.sandbox.pool_size, admission=admission)
+    return _Runtime(backend, pool, admission, owned=True)
 
 
 async def start(settings: Settings) -> SandboxBackend | None:
@@ -111,14 +120,19 @@ async def start(settings: Settings) -> SandboxBackend | None:
                 f"GYM_SANDBOX__BACKEND={configured} cannot run sandboxes here: {exc.detail}"
             ) from None  # the detail names the cause; its traceback would bury the message at start-up
         log.warning("GYM_SANDBOX__BACKEND=auto: environments that run code will fail: %s", exc.detail)
-        runtime = _Runtime(None, None, owned=True, why_none=exc.detail)
+        admission = Admission.from_settings(settings.sandbox)
+        runtime = _Runtime(None, None, admission, owned=True, why_none=exc.detail)
     _runtimes[asyncio.get_running_loop()] = runtime
     return runtime.backend
 
 
 def install(backend: SandboxBackend, pool: SandboxPool) -> None:
-    """Make `backend` and `pool` the ones environments on the running loop use; the caller closes them."""
-    _runtimes[asyncio.get_running_loop()] = _Runtime(backend, pool, owned=False)
+    """Make `backend` and `pool` the ones environments on the running loop use; the caller closes them.
+
+    Session sandboxes share the pool's admission, or one from the process's settings if it has none.
+    """
+    admission = pool.admission or Admission.from_settings(get_settings().sandbox)
+    _runtimes[asyncio.get_running_loop()] = _Runtime(backend, pool, admission, owned=False)
 
 
 async def _runtime() -> _Runtime:
@@ -155,9 +169,57 @@ async def sandbox_pool() -> SandboxPool:
     return (await _ready())[1]
 
 
-async def start_sandbox(limits: Limits | None = None, *, session_id: str | None = None) -> Sandbox:
-    """A new per-session sandbox; the caller closes it (an environment's `close()`)."""
-    return await (await sandbox_backend()).start(limits, session_id=session_id)
+class SessionSandbox:
+    """A session's own sandbox: admitted when the session starts, started on first use, closed with it.
+
+    Admission comes first so that a server with no room refuses the session when it is created (429),
+    not half-way through its episode; the sandbox itself starts only when the episode first needs it,
+    so an episode that never runs code costs no start.
+    """
+
+    def __init__(self, ticket: Ticket, limits: Limits, session_id: str | None) -> None:
+        self.ticket = ticket
+        self.limits = limits
+        self.session_id = session_id
+        self.sandbox: Sandbox | None = None
+        self._starting = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"SessionSandbox(session={self.session_id!r}, started={self.sandbox is not None})"
+
+    async def get(self) -> Sandbox:
+        """The sandbox, started on the first call.
+
+        Raises:
+            SandboxUnavailable: no backend can run code here, or this one is closed.
+        """
+        async with self._starting:
+            if self.ticket.released:
+                raise SandboxUnavailable("this session's sandbox is closed")
+            if self.sandbox is None:
+                backend = await sandbox_backend()
+                self.sandbox = await backend.start(self.limits, session_id=self.session_id)
+            return self.sandbox
+
+    async def close(self) -> None:
+        """Close the sandbox if it started, then give its room back (also when the close fails)."""
+        try:
+            async with self._starting:
+                if self.sandbox is not None:
+                    await self.sandbox.close()
+        finally:
+            self.ticket.release()
+
+
+async def session_sandbox(limits: Limits | None = None, *, session_id: str | None = None) -> SessionSandbox:
+    """Admit a per-session sandbox (started on first use); the caller closes it (an environment's `close()`).
+
+    Raises:
+        SandboxesBusy: the cap on running sandboxes or their budget is taken (429).
+    """
+    chosen = limits or Limits()
+    ticket = await (await _runtime()).admission.admit(chosen)
+    return SessionSandbox(ticket, chosen, session_id)
 
 
 async def health() -> SandboxHealth:
@@ -180,7 +242,8 @@ async def health() -> SandboxHealth:
     problem = await asyncio.shield(runtime.probe)
     pool = None if runtime.pool is None else {"size": runtime.pool.size, "idle": runtime.pool.idle}
     state = "ok" if problem is None else "unavailable"
-    return SandboxHealth(problem is None, state, runtime.backend.name, problem, pool)
+    admission = runtime.admission.state()
+    return SandboxHealth(problem is None, state, runtime.backend.name, problem, pool, admission)
 
 
 async def _problem(backend: SandboxBackend) -> str | None:

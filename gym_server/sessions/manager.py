@@ -13,6 +13,7 @@ Invariants it keeps:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -174,9 +175,16 @@ class SessionManager:
         return session
 
     async def _start_env(self, entry: EnvironmentEntry, task: Task, seed: int | None) -> Environment:
+        timeout_s = self.settings.limits.tool_timeout_s
         try:
             instance = entry.cls(task, seed)
-            await asyncio.wait_for(instance.reset(), self.settings.limits.tool_timeout_s)
+            try:
+                await asyncio.wait_for(instance.reset(), timeout_s)
+            except BaseException:
+                # What reset() took before it failed (an admitted sandbox) goes back.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(instance.close(), timeout_s)
+                raise
         except GymError:
             raise
         except Exception as exc:
@@ -222,7 +230,10 @@ class SessionManager:
             self.metrics.observe_step(session.entry.name, elapsed_ms / 1000)
             reward = None
             if session.env.done:
-                reward = (await self._verify_locked(session)).reward
+                try:
+                    reward = (await self._verify_locked(session)).reward
+                except AtCapacity as exc:  # the step is applied: answer it, and leave the score for later
+                    info["verify_deferred"] = exc.detail
                 info["done_reason"] = session.env.done_reason
             if session.failure:
                 info["failure"] = session.failure
@@ -453,9 +464,16 @@ async def step_with_deadline(env: Environment, message: dict[str, Any], limits: 
 
 
 async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:
-    """Run a verifier with a deadline; a timeout or crash becomes a failure class, not an error."""
+    """Run a verifier with a deadline; a timeout or crash becomes a failure class, not an error.
+
+    Raises:
+        AtCapacity: no sandbox was free for it (within the queueing wait): not a score, so the caller
+            answers 429 or tries again later.
+    """
     try:
         result = await asyncio.wait_for(env.verify(), timeout_s)
+    except AtCapacity:
+        raise
     except TimeoutError:
         return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_TIMEOUT, info={"timeout_s": timeout_s})
     except Exception as exc:

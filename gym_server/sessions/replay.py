@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+from gym_server.errors import AtCapacity
+from gym_server.sandbox.admission import queueing
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
@@ -31,16 +33,22 @@ async def verify_transcript(
 ) -> VerifyResult:
     """Score `assistant_messages` (in order) against `task` as if they had been played in a session."""
     env = entry.cls(task, seed)
-    try:
-        await asyncio.wait_for(env.reset(), limits.tool_timeout_s)
-        for message in assistant_messages[: limits.max_turns]:
-            if env.done:
-                break
-            await step_with_deadline(env, message, limits)
-    except Exception as exc:
-        return VerifyResult(reward=0.0, failure=FailureClass.ENV_ERROR, info={"error": type(exc).__name__})
-    try:
-        return await run_verifier(env, limits.verify_timeout_s)
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(env.close(), limits.tool_timeout_s)
+    # Sandboxes this replay reserves (a session-style one in reset, loans in verify) queue for a bounded
+    # time when none is free, then refuse: AtCapacity goes to the caller as a 429, never as a score.
+    with queueing():
+        try:
+            try:
+                await asyncio.wait_for(env.reset(), limits.tool_timeout_s)
+                for message in assistant_messages[: limits.max_turns]:
+                    if env.done:
+                        break
+                    await step_with_deadline(env, message, limits)
+            except AtCapacity:
+                raise
+            except Exception as exc:
+                info = {"error": type(exc).__name__}
+                return VerifyResult(reward=0.0, failure=FailureClass.ENV_ERROR, info=info)
+            return await run_verifier(env, limits.verify_timeout_s)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(env.close(), limits.tool_timeout_s)

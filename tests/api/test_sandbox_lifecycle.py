@@ -15,32 +15,19 @@ import socketserver
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AppHarness, ServerProcess, make_settings
+from conftest import AppHarness, ServerProcess, serving
 from gymtest import call
 
-from gym_server.app import create_app
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox import runtime
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 
 DOCKER_SOCKET = "/var/run/docker.sock"
-
-
-@contextlib.asynccontextmanager
-async def serving(tmp_path: Path, **overrides: Any) -> AsyncIterator[AppHarness]:
-    import httpx
-
-    settings = make_settings(f"sqlite:///{tmp_path / 'gym.db'}", **overrides)
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
-            yield AppHarness(app, client, settings)
 
 
 def sandbox_settings(backend: str, **extra: Any) -> dict[str, Any]:
@@ -98,8 +85,12 @@ async def test_the_configured_backend_starts_with_the_server_and_leaves_nothing(
         assert ready.status_code == 200, ready.text
         assert ready.json()["checks"] == {"database": "ok", "sandbox": "ok"}
         # The pool fills on first use, not at start-up.
-        assert ready.json()["sandbox"] == {"state": "ok", "backend": kind, "pool": {"size": 1, "idle": 0}}
+        sandbox = ready.json()["sandbox"]
+        admission = sandbox.pop("admission")
+        assert sandbox == {"state": "ok", "backend": kind, "pool": {"size": 1, "idle": 0}}
+        assert admission["running"] == 0 and admission["max_running"] >= 1
         assert "42" in await run_python_in_a_session(gym)  # a session's own sandbox, left open
+        assert (await gym.client.get("/readyz")).json()["sandbox"]["admission"]["running"] == 1
         pool = await runtime.sandbox_pool()
         assert (await pool.run(["python3", "-c", "print(1)"])).stdout == b"1\n"
         assert (await gym.client.get("/readyz")).json()["sandbox"]["pool"]["idle"] >= 1  # warm now
@@ -258,6 +249,7 @@ async def test_the_apps_settings_choose_the_backend_not_the_process_environment(
     async with serving(tmp_path, **sandbox_settings("unsafe-no-sandbox")) as gym:
         assert (await runtime.sandbox_backend()).name == "unsafe-no-sandbox"
         ready = (await gym.client.get("/readyz")).json()
+        assert ready["sandbox"].pop("admission")["running"] == 0
         assert ready["sandbox"] == {
             "state": "ok",
             "backend": "unsafe-no-sandbox",

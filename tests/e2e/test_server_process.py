@@ -151,7 +151,8 @@ def test_a_second_server_on_a_busy_port_touches_nothing_of_the_running_one(
 def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(
     server_factory: Callable[..., ServerProcess], postgres_url: str
 ) -> None:
-    server = server_factory(postgres_url)
+    # One machine: the replicas share its sandbox cap (and budget) instead of each taking all of it.
+    server = server_factory(postgres_url, GYM_SANDBOX__BACKEND="bubblewrap", GYM_SANDBOX__MAX_RUNNING="6")
     port = int(server.url.rsplit(":", 1)[1])
     server.args += ["--workers", "2"]
     server.start()
@@ -167,6 +168,7 @@ def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(
     sessions = {}
     for url in (server.url, second):
         with httpx.Client(base_url=url, timeout=10) as client:
+            assert client.get("/readyz").json()["sandbox"]["admission"]["max_running"] == 3
             body = {"env": "counter", "task_id": "counter-0004", "run": "replicas"}
             created = client.post("/v1/sessions", json=body)
             sessions[url] = created.json()["session_id"]

@@ -79,8 +79,9 @@ async def test_runtime_gives_environments_a_pool_and_installs_the_servers_own() 
     pool = await runtime.sandbox_pool()
     assert pool is await runtime.sandbox_pool()  # one per event loop
     assert (await pool.run(["python3", "-c", "print(1)"])).stdout == b"1\n"
-    box = await runtime.start_sandbox(session_id="s-1")
-    await box.close()
+    lease = await runtime.session_sandbox(session_id="s-1")
+    assert (await (await lease.get()).exec(["python3", "-c", "print(2)"])).stdout == b"2\n"
+    await lease.close()
     await runtime.shutdown()
     mine = UnsafeBackend(server_name="runtime-test")
     runtime.install(mine, SandboxPool(mine, size=0))
