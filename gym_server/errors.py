@@ -14,6 +14,7 @@ client ever sees a traceback. The tree::
     ├── SessionExpired (410)
     ├── PayloadTooLarge (413)
     ├── InvalidRequest (422)
+    │   └── EndpointNotAllowed
     ├── AtCapacity (429, Retry-After)
     ├── BackendUnavailable (503)
     │   ├── StoreUnavailable
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 __all__ = [
     "AtCapacity",
     "BackendUnavailable",
+    "EndpointNotAllowed",
     "EnvironmentDefinitionError",
     "EnvironmentNotFound",
     "GymError",
@@ -164,6 +166,14 @@ class InvalidRequest(GymError):
     status = 422
     slug = "invalid-request"
     title = "Invalid request"
+
+
+class EndpointNotAllowed(InvalidRequest):
+    """A request names an endpoint for the server to call that the operator's allow-list does not hold;
+    refused before any connection is made (see `gym_server.egress`)."""
+
+    slug = "endpoint-not-allowed"
+    title = "Endpoint not allowed"
 
 
 class AtCapacity(GymError):

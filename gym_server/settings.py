@@ -12,8 +12,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gym_server.egress import DEFAULT_POLICY_URLS, parse_prefix
 
 __all__ = ["LimitSettings", "SandboxSettings", "SessionSettings", "Settings", "StoreSettings", "get_settings"]
 
@@ -63,6 +65,20 @@ class RolloutRunSettings(BaseModel):
     keep_finished: int = Field(
         256, ge=0, description="finished runs whose final view GET /v1/rollouts/runs/{id} still answers"
     )
+    policy_urls: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_POLICY_URLS),
+        description="URL prefixes of the policy endpoints a run may call (gym_server.egress); others get 422",
+    )
+
+    @field_validator("policy_urls")
+    @classmethod
+    def _prefixes_parse(cls, prefixes: list[str]) -> list[str]:
+        for prefix in prefixes:
+            try:
+                parse_prefix(prefix)
+            except ValueError as exc:
+                raise ValueError(f"rollout_runs.policy_urls: {prefix!r}: {exc}") from None
+        return prefixes
 
 
 class StoreSettings(BaseModel):

@@ -113,11 +113,11 @@ async def test_a_dead_policy_fails_episodes_with_a_failure_class(gym: httpx.Asyn
         ({"env": "nope"}, 404),
         ({"task_ids": ["missing"]}, 404),
         ({"task_ids": ["counter-0000"], "split": "train"}, 422),
-        ({"policy": {"base_url": "http://x", "model": "m", "api": "grpc"}}, 422),
+        ({"policy": {"base_url": "http://127.0.0.1:9", "model": "m", "api": "grpc"}}, 422),
     ],
 )
 async def test_bad_run_requests(gym: httpx.AsyncClient, patch: dict[str, Any], status: int) -> None:
-    body = {"env": "counter", "policy": {"base_url": "http://x", "model": "m"}, **patch}
+    body = {"env": "counter", "policy": {"base_url": "http://127.0.0.1:9", "model": "m"}, **patch}
     response = await gym.post("/v1/rollouts", json=body)
     assert response.status_code == status, response.text
     assert (await gym.get("/v1/rollouts/runs/unknown")).status_code == 404

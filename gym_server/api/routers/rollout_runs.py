@@ -27,7 +27,8 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep
-from gym_server.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.egress import refusal
+from gym_server.errors import EndpointNotAllowed, GymError, InvalidRequest, NotFoundError
 from gym_server.rollout_runs import RolloutRun
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
@@ -54,7 +55,8 @@ router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
 
 
 class PolicySpec(BaseModel):
-    """Where the policy is served, and how to talk to it. The key is never stored."""
+    """Where the policy is served (one of the operator's `GYM_ROLLOUT_RUNS__POLICY_URLS`), and how to
+    talk to it. The key is sent only there, and never stored or logged."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -263,13 +265,17 @@ async def _play(
     responses={
         200: {"description": "the finished run (wait: true)"},
         404: {"description": "unknown env or task"},
-        422: {"description": "malformed request"},
+        422: {"description": "malformed request, or a policy URL the operator does not allow"},
         429: {"description": "as many runs are playing as the server allows (Retry-After)"},
     },
 )
 async def start_rollouts(
     body: RolloutRunRequest, manager: ManagerDep, registry: RegistryDep, runs: RunBoardDep
 ) -> Response:
+    # Before anything else: a refused endpoint is never connected to, not even to fail.
+    refused = refusal(body.policy.base_url, runs.settings.policy_urls, "GYM_ROLLOUT_RUNS__POLICY_URLS")
+    if refused is not None:
+        raise EndpointNotAllowed(refused)
     specs = _specs(body, registry)
     run_id = uuid.uuid4().hex
     job = RolloutRun(id=run_id, run=body.run or f"rollouts-{run_id[:12]}", episodes=len(specs))
