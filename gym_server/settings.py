@@ -65,6 +65,15 @@ class RolloutRunSettings(BaseModel):
     keep_finished: int = Field(
         256, ge=0, description="finished runs whose final view GET /v1/rollouts/runs/{id} still answers"
     )
+    max_concurrency: int = Field(
+        16, ge=1, description="episodes one run plays at once; a request asking for more gets this many"
+    )
+    session_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="share of sessions.max_sessions all runs together may hold; direct clients keep the rest",
+    )
     policy_urls: list[str] = Field(
         default_factory=lambda: list(DEFAULT_POLICY_URLS),
         description="URL prefixes of the policy endpoints a run may call (gym_server.egress); others get 422",
