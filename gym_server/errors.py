@@ -16,6 +16,7 @@ client ever sees a traceback. The tree::
     ├── InvalidRequest (422)
     │   └── EndpointNotAllowed
     ├── AtCapacity (429, Retry-After)
+    ├── TooManyConnections (503, Retry-After, the connection closed)
     ├── BackendUnavailable (503)
     │   ├── StoreUnavailable
     │   └── SandboxUnavailable
@@ -45,6 +46,7 @@ __all__ = [
     "SessionNotFound",
     "StoreUnavailable",
     "TaskNotFound",
+    "TooManyConnections",
 ]
 
 
@@ -193,6 +195,24 @@ class AtCapacity(GymError):
     @property
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
+
+
+class TooManyConnections(GymError):
+    """The server holds as many client connections as it may; this one is answered and closed."""
+
+    status = 503
+    slug = "too-many-connections"
+    title = "Too many connections"
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"the server holds its maximum of {limit} connections; retry in {retry_after_s} s", limit=limit
+        )
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s), "Connection": "close"}
 
 
 class BackendUnavailable(GymError):

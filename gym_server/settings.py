@@ -17,7 +17,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gym_server.egress import DEFAULT_POLICY_URLS, parse_prefix
 
-__all__ = ["LimitSettings", "SandboxSettings", "SessionSettings", "Settings", "StoreSettings", "get_settings"]
+__all__ = [
+    "HttpSettings",
+    "LimitSettings",
+    "SandboxSettings",
+    "SessionSettings",
+    "Settings",
+    "StoreSettings",
+    "get_settings",
+]
 
 DEFAULT_DB_PATH = Path("var/gym.db")
 
@@ -56,6 +64,22 @@ class LimitSettings(BaseModel):
     )
     tool_timeout_s: float = Field(30.0, gt=0, description="wall-clock limit on one tool call")
     verify_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit on one verification")
+
+
+class HttpSettings(BaseModel):
+    """What one client connection may hold (`gym-server serve`), so slow or half-open ones cannot
+    exhaust the server (gym_server/api/http_protocol.py)."""
+
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="from connect (or a later request's first byte) to the end of its head"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="from the end of a request's head to its body's end"
+    )
+    keep_alive_s: int = Field(5, ge=1, description="idle time between requests before a connection is closed")
+    max_connections: int = Field(
+        2048, ge=1, description="open connections; a request on one more gets 503 and is closed"
+    )
 
 
 class RolloutRunSettings(BaseModel):
@@ -127,6 +151,7 @@ class Settings(BaseSettings):
     database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
     sessions: SessionSettings = SessionSettings()
     limits: LimitSettings = LimitSettings()
+    http: HttpSettings = HttpSettings()
     rollout_runs: RolloutRunSettings = RolloutRunSettings()
     store: StoreSettings = StoreSettings()
     sandbox: SandboxSettings = SandboxSettings()

@@ -16,6 +16,7 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_server.api.asgi import has_json_content_type, read_body, replay_body
@@ -220,7 +221,10 @@ class SessionFastPath:
         session_id, slash, action = rest[1:].partition("/")
         work: Awaitable[bytes | None]
         if rest == "" and method == "POST":
-            raw = await read_body(receive)
+            try:
+                raw = await read_body(receive)
+            except ClientDisconnect:
+                return  # the client left before the end of its body: nobody to answer, nothing to log
             create = _plain_create_body(scope, raw)
             if create is None:
                 await self.app(scope, replay_body(raw, receive), send)
@@ -230,7 +234,10 @@ class SessionFastPath:
             await self.app(scope, receive, send)
             return
         elif action == "step" and method == "POST":
-            raw = await read_body(receive)
+            try:
+                raw = await read_body(receive)
+            except ClientDisconnect:
+                return
             try:
                 step = parse_body(raw, StepRequest)
             except RequestValidationError:
