@@ -23,7 +23,7 @@ Once a request is whole, nothing here limits how long the app takes to answer it
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -36,6 +36,8 @@ __all__ = ["GuardedHttpProtocol", "guarded_protocol"]
 
 _RETRY_AFTER_S = 1
 
+_Phase = Literal["head", "body", "app"]
+
 
 def guarded_protocol(limits: HttpSettings) -> type[GuardedHttpProtocol]:
     """The protocol class for `uvicorn.run(http=...)`, bound to `limits` (one instance per connection)."""
@@ -43,21 +45,26 @@ def guarded_protocol(limits: HttpSettings) -> type[GuardedHttpProtocol]:
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):
-    """`HttpToolsProtocol` plus head and body deadlines and a connection cap; see the module docstring."""
+    """`HttpToolsProtocol` plus head and body deadlines and a connection cap; see the module docstring.
+
+    The phase of the exchange is read from uvicorn's own state after each read rather than tracked by
+    overriding the parser callbacks, which measured about 1.5 µs more per request: a new head replaces
+    `self.scope` when it begins and gets a cycle of its own when it is complete, and that cycle's
+    `more_body` stays true until the body's end.
+    """
 
     limits: ClassVar[HttpSettings]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
-        self._in_head = False  # a request's head has begun and is not complete
-        self._in_body = False  # a request's head is complete, its body is not
+        self._phase: _Phase = "head"  # what the armed deadline waits for
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
             self.app = _too_many_connections(self.limits.max_connections)
-        self._arm(self.limits.header_timeout_s)
+        self._arm("head")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -65,33 +72,30 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._deadline is not None or self.transport.is_closing():
+        if self.transport.is_closing():
             return
-        if self._in_head:
-            self._arm(self.limits.header_timeout_s)
-        elif self._in_body:
-            self._arm(self.limits.body_timeout_s)
-        elif self.cycle is None or self.cycle.response_complete:
-            # Bytes that began no request (CRLFs between requests): they stopped uvicorn's keep-alive
-            # timer, so they get the head deadline instead.
-            self._arm(self.limits.header_timeout_s)
+        phase = self._waiting_for()
+        if self._deadline is not None:
+            if phase == self._phase:
+                return  # more of the same: bytes trickling in do not move the deadline
+            self._disarm()
+        if phase != "app":
+            self._arm(phase)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
+    def _waiting_for(self) -> _Phase:
+        """What the connection waits for now: the client's head or body, or the app's answer."""
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not self.scope:
+            return "head"  # a head has begun (or only bytes that begin none) and is not complete
+        if cycle.more_body:
+            return "body"
+        # Bytes after an answered request that began no new one (CRLFs) stopped uvicorn's keep-alive
+        # timer: they get the head deadline instead.
+        return "head" if cycle.response_complete else "app"
 
-    def on_headers_complete(self) -> None:
-        self._disarm()
-        self._in_head, self._in_body = False, True
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        self._disarm()
-        self._in_body = False
-        super().on_message_complete()
-
-    def _arm(self, delay_s: float) -> None:
-        self._deadline = self.loop.call_later(delay_s, self._expire)
+    def _arm(self, phase: _Phase) -> None:
+        delay = self.limits.body_timeout_s if phase == "body" else self.limits.header_timeout_s
+        self._phase, self._deadline = phase, self.loop.call_later(delay, self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
