@@ -65,7 +65,9 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 )
             manager = SessionManager(app.state.registry, store, settings)
             reaper = Reaper(manager, settings.sessions.reap_interval_s)
-            runs = RolloutRunBoard(settings.rollout_runs, settings.sessions.retry_after_s)
+            runs = RolloutRunBoard(
+                settings.rollout_runs, settings.sessions.retry_after_s, settings.sessions.max_sessions
+            )
             app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
             reaper.start()
             try:

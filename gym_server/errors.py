@@ -15,8 +15,10 @@ client ever sees a traceback. The tree::
     ├── PayloadTooLarge (413)
     ├── UnsupportedMediaType (415)
     ├── InvalidRequest (422)
+    │   └── EndpointNotAllowed
     ├── AtCapacity (429, Retry-After)
     │   └── SandboxesBusy
+    ├── TooManyConnections (503, Retry-After, the connection closed)
     ├── BackendUnavailable (503)
     │   ├── StoreUnavailable
     │   └── SandboxUnavailable
@@ -32,6 +34,7 @@ from typing import Any, ClassVar
 __all__ = [
     "AtCapacity",
     "BackendUnavailable",
+    "EndpointNotAllowed",
     "EnvironmentDefinitionError",
     "EnvironmentNotFound",
     "GymError",
@@ -46,6 +49,7 @@ __all__ = [
     "SessionNotFound",
     "StoreUnavailable",
     "TaskNotFound",
+    "TooManyConnections",
     "UnsupportedMediaType",
 ]
 
@@ -185,6 +189,14 @@ class InvalidRequest(GymError):
     title = "Invalid request"
 
 
+class EndpointNotAllowed(InvalidRequest):
+    """A request names an endpoint for the server to call that the operator's allow-list does not hold;
+    refused before any connection is made (see `gym_server.egress`)."""
+
+    slug = "endpoint-not-allowed"
+    title = "Endpoint not allowed"
+
+
 class AtCapacity(GymError):
     """The server holds as many live sessions (or playing runs) as it may; retry after the hinted delay."""
 
@@ -213,6 +225,23 @@ class SandboxesBusy(AtCapacity):
     def __init__(self, detail: str, retry_after_s: int, **extra: Any) -> None:
         GymError.__init__(self, detail, **extra)  # the detail names which limit, unlike AtCapacity's
         self.retry_after_s = retry_after_s
+
+class TooManyConnections(GymError):
+    """The server holds as many client connections as it may; this one is answered and closed."""
+
+    status = 503
+    slug = "too-many-connections"
+    title = "Too many connections"
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"the server holds its maximum of {limit} connections; retry in {retry_after_s} s", limit=limit
+        )
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s), "Connection": "close"}
 
 
 class BackendUnavailable(GymError):

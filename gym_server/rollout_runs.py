@@ -7,6 +7,12 @@ view `GET /v1/rollouts/runs/{id}` answers. Two bounds keep a long-lived server f
 run: at most `max_running` runs play at once (one more is refused with 429), and only the newest
 `keep_finished` finished runs are remembered, each reduced to its final view (the episodes' token data,
 already stored, is dropped).
+
+Two more keep runs from crowding out the clients who play their own sessions: a run plays at most
+`max_concurrency` episodes at once, and all runs together hold at most `session_share` of the server's
+`max_sessions` (the board's `session_slots`, taken per session, first come first served, so runs share
+them in turn). Beyond that a run's episodes wait for a slot instead of failing; direct clients always
+keep the rest of `max_sessions`.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class RolloutRun:
     id: str
     run: str
     episodes: int
+    concurrency: int = 1
     status: RunStatus = "running"
     rollouts: list[Rollout] = field(default_factory=list)
     error: str | None = None
@@ -49,6 +56,7 @@ class RolloutRun:
             "run": self.run,
             "status": self.status,
             "episodes": self.episodes,
+            "concurrency": self.concurrency,
             "finished": len(self.rollouts),
             "error": self.error,
             "summary": summarize(self.rollouts) if self.rollouts else None,
@@ -59,9 +67,11 @@ class RolloutRun:
 class RolloutRunBoard:
     """Plays runs as background tasks within the bounds of `RolloutRunSettings`."""
 
-    def __init__(self, settings: RolloutRunSettings, retry_after_s: int) -> None:
+    def __init__(self, settings: RolloutRunSettings, retry_after_s: int, max_sessions: int) -> None:
         self.settings = settings
         self.retry_after_s = retry_after_s
+        # The sessions all runs together may hold; asyncio's semaphore wakes its waiters in order.
+        self.session_slots = asyncio.Semaphore(max(1, int(settings.session_share * max_sessions)))
         self._running: dict[str, tuple[RolloutRun, asyncio.Task[None]]] = {}
         self._finished: OrderedDict[str, dict[str, Any]] = OrderedDict()
 

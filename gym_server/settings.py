@@ -12,10 +12,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, model_validator
+from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["LimitSettings", "SandboxSettings", "SessionSettings", "Settings", "StoreSettings", "get_settings"]
+from gym_server.egress import DEFAULT_POLICY_URLS, parse_prefix
+
+__all__ = [
+    "HttpSettings",
+    "LimitSettings",
+    "SandboxSettings",
+    "SessionSettings",
+    "Settings",
+    "StoreSettings",
+    "get_settings",
+]
 
 DEFAULT_DB_PATH = Path("var/gym.db")
 
@@ -56,6 +66,22 @@ class LimitSettings(BaseModel):
     verify_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit on one verification")
 
 
+class HttpSettings(BaseModel):
+    """What one client connection may hold (`gym-server serve`), so slow or half-open ones cannot
+    exhaust the server (gym_server/api/http_protocol.py)."""
+
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="from connect (or a later request's first byte) to the end of its head"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="from the end of a request's head to its body's end"
+    )
+    keep_alive_s: int = Field(5, ge=1, description="idle time between requests before a connection is closed")
+    max_connections: int = Field(
+        2048, ge=1, description="open connections; a request on one more gets 503 and is closed"
+    )
+
+
 class RolloutRunSettings(BaseModel):
     """Server-driven rollout runs (`POST /v1/rollouts`), held in this process's memory."""
 
@@ -63,6 +89,29 @@ class RolloutRunSettings(BaseModel):
     keep_finished: int = Field(
         256, ge=0, description="finished runs whose final view GET /v1/rollouts/runs/{id} still answers"
     )
+    max_concurrency: int = Field(
+        16, ge=1, description="episodes one run plays at once; a request asking for more gets this many"
+    )
+    session_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="share of sessions.max_sessions all runs together may hold; direct clients keep the rest",
+    )
+    policy_urls: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_POLICY_URLS),
+        description="URL prefixes of the policy endpoints a run may call (gym_server.egress); others get 422",
+    )
+
+    @field_validator("policy_urls")
+    @classmethod
+    def _prefixes_parse(cls, prefixes: list[str]) -> list[str]:
+        for prefix in prefixes:
+            try:
+                parse_prefix(prefix)
+            except ValueError as exc:
+                raise ValueError(f"rollout_runs.policy_urls: {prefix!r}: {exc}") from None
+        return prefixes
 
 
 class StoreSettings(BaseModel):
@@ -122,6 +171,7 @@ class Settings(BaseSettings):
     database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
     sessions: SessionSettings = SessionSettings()
     limits: LimitSettings = LimitSettings()
+    http: HttpSettings = HttpSettings()
     rollout_runs: RolloutRunSettings = RolloutRunSettings()
     store: StoreSettings = StoreSettings()
     sandbox: SandboxSettings = SandboxSettings()

@@ -13,7 +13,7 @@ from gym_server.settings import RolloutRunSettings
 
 
 def board(max_running: int = 2, keep_finished: int = 3) -> RolloutRunBoard:
-    return RolloutRunBoard(RolloutRunSettings(max_running=max_running, keep_finished=keep_finished), 7)
+    return RolloutRunBoard(RolloutRunSettings(max_running=max_running, keep_finished=keep_finished), 7, 100)
 
 
 def job(run_id: str) -> RolloutRun:
@@ -69,6 +69,7 @@ async def test_only_the_newest_finished_runs_are_remembered() -> None:
         "run": "run-r4",
         "status": "completed",
         "episodes": 1,
+        "concurrency": 1,
         "finished": 0,
         "error": None,
         "summary": None,

@@ -51,7 +51,12 @@ class RemoteRenderer:
         self.base_url = server_root(base_url)
         self.model = model
         headers = bearer_headers(api_key)
-        self._http = httpx.AsyncClient(timeout=timeout_s, transport=transport, headers=headers)
+        self._http = httpx.AsyncClient(
+            timeout=timeout_s,
+            transport=transport,
+            headers=headers,
+            follow_redirects=False,  # see `samplers._http`: the key goes only where it was sent
+        )
         self._eos: frozenset[int] | None = frozenset(eos_token_ids) if eos_token_ids else None
         self._probe: list[int] | None = None
         self._lock = asyncio.Lock()

@@ -7,8 +7,8 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,12 @@ def serve_in_thread(app: Any) -> Iterator[Served]:
         yield served
     finally:
         served.stop()
+
+
+@pytest.fixture
+def serve() -> Callable[[Any], AbstractContextManager[Served]]:
+    """`serve_in_thread`, for tests that stand up their own loopback app (a redirector, a slow policy)."""
+    return serve_in_thread
 
 
 @pytest.fixture

@@ -113,11 +113,11 @@ async def test_a_dead_policy_fails_episodes_with_a_failure_class(gym: httpx.Asyn
         ({"env": "nope"}, 404),
         ({"task_ids": ["missing"]}, 404),
         ({"task_ids": ["counter-0000"], "split": "train"}, 422),
-        ({"policy": {"base_url": "http://x", "model": "m", "api": "grpc"}}, 422),
+        ({"policy": {"base_url": "http://127.0.0.1:9", "model": "m", "api": "grpc"}}, 422),
     ],
 )
 async def test_bad_run_requests(gym: httpx.AsyncClient, patch: dict[str, Any], status: int) -> None:
-    body = {"env": "counter", "policy": {"base_url": "http://x", "model": "m"}, **patch}
+    body = {"env": "counter", "policy": {"base_url": "http://127.0.0.1:9", "model": "m"}, **patch}
     response = await gym.post("/v1/rollouts", json=body)
     assert response.status_code == status, response.text
     assert (await gym.get("/v1/rollouts/runs/unknown")).status_code == 404
@@ -183,3 +183,51 @@ async def test_runs_past_the_limit_get_429_and_shutdown_cancels_the_one_playing(
         assert [row.status for row in await store.list(run="capped")] == [TrajectoryStatus.ABANDONED]
     finally:
         await store.stop()
+
+
+async def test_runs_hold_their_share_of_sessions_and_direct_clients_keep_the_rest(
+    tmp_path: Path, fake_vllm: Any
+) -> None:
+    # 8 sessions: runs together may hold 4, one run at most 3 at once, whatever it asks for.
+    settings = make_settings(
+        f"sqlite:///{tmp_path / 'gym.db'}",
+        sessions={"max_sessions": 8},
+        rollout_runs={"max_concurrency": 3, "session_share": 0.5},
+    )
+    fake_vllm.script = ["!hang"] * 32  # a slow policy: every episode waits on its first completion
+
+    def run_body(name: str) -> dict[str, Any]:
+        return {
+            "env": "counter",
+            "task_ids": ["counter-0000"],
+            "n": 16,
+            "concurrency": 16,
+            "run": name,
+            "policy": {"base_url": fake_vllm.url, "model": "base"},
+            "sampling": {"max_tokens": 8},
+        }
+
+    async def waiting_on_policy() -> int:
+        return len(fake_vllm.requests)
+
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as gym:
+            first = await gym.post("/v1/rollouts", json=run_body("first"))
+            assert first.status_code == 202, first.text
+            await apoll(waiting_on_policy, lambda count: count >= 3)
+            second = await gym.post("/v1/rollouts", json=run_body("second"))
+            assert second.status_code == 202, second.text
+            await apoll(waiting_on_policy, lambda count: count >= 4)
+            # The runs are playing and hold 4 sessions; a client playing its own gets the other 4.
+            one = {"env": "counter", "task_id": "counter-0000"}
+            direct = [await gym.post("/v1/sessions", json=one) for _ in range(4)]
+            assert [r.status_code for r in direct] == [201] * 4, direct[0].text
+            full = await gym.post("/v1/sessions", json=one)
+            assert full.status_code == 429  # the server's own limit still holds
+            assert app.state.manager.live_count == 8 and len(fake_vllm.requests) == 4
+            for run in (first, second):
+                view = (await gym.get(f"/v1/rollouts/runs/{run.json()['run_id']}")).json()
+                assert view["status"] == "running" and view["finished"] == 0  # waiting, not failing
+                assert view["concurrency"] == 3

@@ -4,6 +4,10 @@ with the policy's error classes and safe retries.
 Sampling has no side effects, so any failed attempt may be repeated; the retries are still bounded
 (a dead policy must end the episode as `policy_error`, not hang it), and a timeout is not retried
 (it already cost the whole timeout; the driver records `policy_timeout`).
+
+Redirects are never followed (every client here says `follow_redirects=False`, not trusting httpx's
+default): the gym checks the policy URL a request names against its allow-list (`gym_server.egress`),
+and a 3xx must not carry the request, and its bearer key, anywhere else. A 3xx is a `PolicyError`.
 """
 
 from __future__ import annotations

@@ -45,7 +45,10 @@ class OpenAIChatSampler:
         self.weight_version = weight_version
         headers = bearer_headers(api_key)
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers, transport=transport
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            headers=headers,
+            transport=transport,
+            follow_redirects=False,  # see `_http`: the key goes only where it was sent
         )
 
     def __repr__(self) -> str:

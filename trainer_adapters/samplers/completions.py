@@ -56,6 +56,7 @@ class CompletionsSampler:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             headers=headers,
             transport=transport,
+            follow_redirects=False,  # see `_http`: the key goes only where it was sent
         )
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ episode with failure `policy_error` or `policy_timeout` (status `failed`), never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from functools import partial
 from typing import Any, Literal
@@ -28,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep
 from gym_server.api.errors import StrictJsonRoute
-from gym_server.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.egress import refusal
+from gym_server.errors import EndpointNotAllowed, GymError, InvalidRequest, NotFoundError
 from gym_server.rollout_runs import RolloutRun
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
@@ -55,7 +57,8 @@ router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], route_class=StrictJ
 
 
 class PolicySpec(BaseModel):
-    """Where the policy is served, and how to talk to it. The key is never stored."""
+    """Where the policy is served (one of the operator's `GYM_ROLLOUT_RUNS__POLICY_URLS`), and how to
+    talk to it. The key is sent only there, and never stored or logged."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -104,7 +107,9 @@ class RolloutRunRequest(BaseModel):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     max_turns: int = Field(8, ge=1, le=1024)
     max_completion_tokens: int = Field(2048, ge=1, le=1_000_000)
-    concurrency: int = Field(16, ge=1, le=1024)
+    concurrency: int = Field(
+        16, ge=1, le=1024, description="episodes played at once, at most the server's max_concurrency"
+    )
     wait: bool = Field(False, description="answer when the run is finished instead of at once")
 
     @model_validator(mode="after")
@@ -115,10 +120,22 @@ class RolloutRunRequest(BaseModel):
 
 
 class ManagerBackend:
-    """The driver's `GymBackend` over this process's session manager: no HTTP to ourselves."""
+    """The driver's `GymBackend` over this process's session manager: no HTTP to ourselves.
 
-    def __init__(self, manager: SessionManager) -> None:
+    Each session it opens holds one of `slots` (the runs' share of the server's sessions) from before
+    it is created until it is closed; `aclose` closes whatever a driver left open, so a slot is never
+    lost with a session.
+    """
+
+    def __init__(self, manager: SessionManager, slots: asyncio.Semaphore) -> None:
         self.manager = manager
+        self.slots = slots
+        self._held: set[str] = set()
+
+    async def aclose(self) -> None:
+        for session_id in list(self._held):
+            with contextlib.suppress(GymAPIError):
+                await self.close(session_id)
 
     async def create_session(
         self,
@@ -132,6 +149,7 @@ class ManagerBackend:
         policy: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> SessionInfo:
+        await self.slots.acquire()  # waits while the runs hold their whole share
         try:
             session = await self.manager.create(
                 env,
@@ -143,8 +161,12 @@ class ManagerBackend:
                 policy=policy,
                 metadata=metadata,
             )
-        except GymError as exc:
-            raise _api_error(exc, "POST", "/v1/sessions") from exc
+        except BaseException as exc:
+            self.slots.release()
+            if isinstance(exc, GymError):
+                raise _api_error(exc, "POST", "/v1/sessions") from exc
+            raise
+        self._held.add(session.id)
         return SessionInfo(
             session_id=session.id,
             env=session.entry.name,
@@ -191,6 +213,10 @@ class ManagerBackend:
             await self.manager.close(session_id)
         except GymError as exc:
             raise _api_error(exc, "DELETE", f"/v1/sessions/{session_id}") from exc
+        finally:
+            if session_id in self._held:  # closed now, or already gone (expired): the slot is free
+                self._held.discard(session_id)
+                self.slots.release()
 
 
 def _api_error(exc: GymError, method: str, path: str) -> GymAPIError:
@@ -229,7 +255,11 @@ def _policy(body: RolloutRunRequest) -> tuple[TokenSampler | ChatSampler, Render
 
 
 async def _play(
-    job: RolloutRun, body: RolloutRunRequest, specs: list[EpisodeSpec], manager: SessionManager
+    job: RolloutRun,
+    body: RolloutRunRequest,
+    specs: list[EpisodeSpec],
+    manager: SessionManager,
+    slots: asyncio.Semaphore,
 ) -> None:
     """Play the run's episodes; the policy's clients are opened here, so a refused run opens none."""
     sampler, renderer = _policy(body)
@@ -246,12 +276,14 @@ async def _play(
         for_training=False,
         metadata={"rollout_run": job.id},
     )
-    driver = RolloutDriver(ManagerBackend(manager), sampler, renderer, config)
+    backend = ManagerBackend(manager, slots)
+    driver = RolloutDriver(backend, sampler, renderer, config)
     try:
         await driver.run_many(
-            specs, body.concurrency, on_episode=lambda _, rollout: job.rollouts.append(rollout)
+            specs, job.concurrency, on_episode=lambda _, rollout: job.rollouts.append(rollout)
         )
     finally:
+        await backend.aclose()
         await sampler.aclose()
         if isinstance(renderer, RemoteRenderer):
             await renderer.aclose()
@@ -264,17 +296,26 @@ async def _play(
     responses={
         200: {"description": "the finished run (wait: true)"},
         404: {"description": "unknown env or task"},
-        422: {"description": "malformed request"},
+        422: {"description": "malformed request, or a policy URL the operator does not allow"},
         429: {"description": "as many runs are playing as the server allows (Retry-After)"},
     },
 )
 async def start_rollouts(
     body: RolloutRunRequest, manager: ManagerDep, registry: RegistryDep, runs: RunBoardDep
 ) -> Response:
+    # Before anything else: a refused endpoint is never connected to, not even to fail.
+    refused = refusal(body.policy.base_url, runs.settings.policy_urls, "GYM_ROLLOUT_RUNS__POLICY_URLS")
+    if refused is not None:
+        raise EndpointNotAllowed(refused)
     specs = _specs(body, registry)
     run_id = uuid.uuid4().hex
-    job = RolloutRun(id=run_id, run=body.run or f"rollouts-{run_id[:12]}", episodes=len(specs))
-    task = runs.start(job, partial(_play, body=body, specs=specs, manager=manager))
+    job = RolloutRun(
+        id=run_id,
+        run=body.run or f"rollouts-{run_id[:12]}",
+        episodes=len(specs),
+        concurrency=min(body.concurrency, runs.settings.max_concurrency),
+    )
+    task = runs.start(job, partial(_play, body=body, specs=specs, manager=manager, slots=runs.session_slots))
     if body.wait:
         try:
             await asyncio.shield(task)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_server import jsontext
@@ -222,7 +223,10 @@ class SessionFastPath:
         session_id, slash, action = rest[1:].partition("/")
         work: Awaitable[bytes | None]
         if rest == "" and method == "POST":
-            raw = await read_body(receive)
+            try:
+                raw = await read_body(receive)
+            except ClientDisconnect:
+                return  # the client left before the end of its body: nobody to answer, nothing to log
             create = _plain_create_body(scope, raw)
             if create is None:
                 await self.app(scope, replay_body(raw, receive), send)
@@ -232,7 +236,10 @@ class SessionFastPath:
             await self.app(scope, receive, send)
             return
         elif action == "step" and method == "POST":
-            raw = await read_body(receive)
+            try:
+                raw = await read_body(receive)
+            except ClientDisconnect:
+                return
             try:
                 step = parse_body(raw, StepRequest)
             except RequestValidationError:
