@@ -1,15 +1,17 @@
 """The `math` environment: one procedurally generated problem, one assistant turn, a `\\boxed{}` answer.
 
 The reward is the verdict of `gym_server.verifiers.math.math_match`: math-verify's equivalence of the
-final answer and the task's LaTeX reference, computed in the verifier library's shared, process-wide
-worker pool (created lazily on the first `verify()`, closed at interpreter exit; see that module). The
-comparison runs in a child process that is killed past `verify_timeout_s`, so `verify()` awaits it
-without blocking the event loop and never hangs on a pathological answer: such a result carries failure
-`verify_timeout` and must not be trained on.
+final answer and the task's LaTeX reference, for an answer written in the form the task asks for (the
+task's `metadata.answer_form`, by default the reference's own shape: a literal number with fractions in
+lowest terms, a simplified radical; an answer that restates the problem scores 0), computed in the
+verifier library's shared, process-wide worker pool (created lazily on the first `verify()`, closed
+at interpreter exit; see that module). The comparison runs in a child process that is killed past
+`verify_timeout_s`, so `verify()` awaits it without blocking the event loop and never hangs on a
+pathological answer: such a result carries failure `verify_timeout` and must not be trained on.
 
 | component | value |
 |---|---|
-| `correct` | 1.0 when the final answer equals the reference, else 0.0; **the reward** |
+| `correct` | 1.0 when the final answer equals the reference, in the form asked, else 0.0; **the reward** |
 | `format` | 1.0 when the response holds a `\\boxed{}` answer, as the system prompt asks (informational) |
 | `extracted` | 1.0 when any final answer was found (`\\boxed{}`, `<answer>` or "the answer is") |
 | `hedged` | 1.0 when the response offered several different answers; those score 0 |
@@ -60,7 +62,12 @@ class MathEnv(Environment):
     async def verify(self) -> VerifyResult:
         """Score the last assistant message against the task's reference answer."""
         completion = self.final_answer()
-        result = await math_match(completion, str(self.task.answer), timeout_s=self.verify_timeout_s)
+        result = await math_match(
+            completion,
+            str(self.task.answer),
+            timeout_s=self.verify_timeout_s,
+            form=self.task.metadata.get("answer_form", "auto"),
+        )
         answer = final_answer(completion).text
         shown = (
             answer
