@@ -55,6 +55,18 @@ async def apoll(
         await asyncio.sleep(0.05)
 
 
+def assert_problem(response: httpx.Response, status: int, needle: str) -> dict[str, Any]:
+    """A problem+json answer with this status whose detail contains `needle`, and no traceback."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = dict(response.json())
+    assert body["status"] == status
+    assert body["type"].startswith("urn:gym-server:problem:")
+    assert needle in body["detail"], body["detail"]
+    assert "Traceback" not in response.text and 'File "' not in response.text
+    return body
+
+
 def call(name: str, arguments: Any = None, call_id: str = "c0") -> dict[str, Any]:
     args = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
     return {

@@ -24,10 +24,11 @@ from typing import Any, ClassVar
 
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tasks import Task, TaskFieldError, check_task_field
 from gym_server.verifiers import format as answer_format
 from gym_server.verifiers import math as math_verifier
 from gym_server.verifiers.format import extract_boxed, final_answer
-from gym_server.verifiers.math import DEFAULT_TIMEOUT_S, math_match
+from gym_server.verifiers.math import DEFAULT_TIMEOUT_S, AnswerForm, math_match
 
 __all__ = ["SYSTEM_PROMPT", "MathEnv"]
 
@@ -51,6 +52,16 @@ class MathEnv(Environment):
         [Path(__file__), Path(str(answer_format.__file__)), Path(str(math_verifier.__file__))]
     )
     verify_timeout_s: ClassVar[float] = DEFAULT_TIMEOUT_S
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """The answer is the reference (LaTeX or a number); `metadata.answer_form`, if given, a known form."""
+        answer = task.answer
+        # A bool is no number here, though Python says it is an int.
+        if not ((isinstance(answer, str) and answer.strip()) or type(answer) in (int, float)):
+            raise TaskFieldError([("answer", "must be the reference: a non-empty LaTeX string or a number")])
+        if "answer_form" in task.metadata:
+            check_task_field(AnswerForm, task.metadata["answer_form"], "metadata.answer_form")
 
     async def on_assistant(
         self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int

@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
-from gym_server.sdk.tasks import Dataset, Task
+from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
 from gym_server.verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, extract_tagged, final_answer
 
 __all__ = [
@@ -219,6 +219,10 @@ class ReasoningGymDataset(Dataset):
                 self._split_tasks[split] = cached
         return cached
 
+    def task_at(self, split: str, index: int) -> Task:
+        """Task `index` of `split` at the class's level, generated alone (not the whole split)."""
+        return self._task(self.level, split, index)
+
     def get(self, task_id: str) -> Task | None:
         parsed = parse_task_id(task_id)
         if parsed is None:
@@ -323,6 +327,18 @@ class ReasoningGymEnv(Environment):
     @classmethod
     def dataset(cls) -> Dataset:
         return cls.rg_dataset()
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """An ad-hoc task's answer is the reference (text or a number), or reasoning-gym's own entry
+        `{"answer": ..., "metadata": {...}}` for the scorers that need its metadata."""
+        answer = task.answer
+        if isinstance(answer, Mapping):
+            answer = answer.get("answer")
+        if not ((isinstance(answer, str) and answer.strip()) or type(answer) in (int, float)):
+            raise TaskFieldError(
+                [("answer", 'must be the reference (text or a number) or {"answer": ..., "metadata": {...}}')]
+            )
 
     @classmethod
     def rg_dataset(cls) -> ReasoningGymDataset:
