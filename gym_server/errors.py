@@ -8,6 +8,7 @@ client ever sees a traceback. The tree::
     ├── NotFoundError (404)
     │   ├── EnvironmentNotFound
     │   ├── TaskNotFound
+    │   ├── SplitNotFound
     │   ├── SessionNotFound
     │   └── RolloutNotFound
     ├── SessionFinished (409)
@@ -47,6 +48,7 @@ __all__ = [
     "SessionExpired",
     "SessionFinished",
     "SessionNotFound",
+    "SplitNotFound",
     "StoreUnavailable",
     "TaskNotFound",
     "TooManyConnections",
@@ -101,6 +103,20 @@ class TaskNotFound(NotFoundError):
 
     def __init__(self, env: str, task_id: str) -> None:
         super().__init__(f"environment {env!r} has no task {task_id!r}", env=env, task_id=task_id)
+
+
+class SplitNotFound(NotFoundError):
+    """A task was to be drawn from a split the environment's dataset does not have (or that is empty)."""
+
+    slug = "split-not-found"
+    title = "Unknown split"
+
+    def __init__(self, env: str, split: str | None, known: dict[str, int]) -> None:
+        listed = ", ".join(f"{name} ({size} tasks)" for name, size in known.items()) or "none"
+        what = f"no split {split!r}" if split is not None else "no split to draw from"
+        super().__init__(
+            f"environment {env!r} has {what} with tasks; its splits: {listed}", env=env, split=split
+        )
 
 
 class SessionNotFound(NotFoundError):

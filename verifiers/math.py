@@ -10,10 +10,14 @@ timeouts fail off the main thread and cannot interrupt C anyway. The worker is k
 Outcomes (`score` in [0, 1], components `correct`, `extracted`, `hedged`):
 
 - 1.0: the answer equals the reference (`0.75` = `\\frac{3}{4}`, `x = 3` = `3`, `2\\sqrt{2}` = `\\sqrt{8}`).
-- 0.0: no final answer; a wrong one; an answer over `MAX_ANSWER_CHARS`, nested past `MAX_NESTING` or in a
-  completion over `format.MAX_TEXT_CHARS` (refused unparsed); or **hedging**: several different boxed or
-  tagged answers (0 even when one is right: spraying guesses must never beat committing to one), or a
-  disjunction such as `1 \\text{ or } 2` when the reference has none.
+- 0.0: no final answer; a wrong one; an answer **not in the form the task asks for** (`form`, see
+  `_math_form`: by default the reference's shape, so a plain-number reference wants a literal number
+  with fractions in lowest terms, and `\\boxed{(38 + 15) \\times 29 - 19}` or `\\boxed{\\frac{74}{60}}`
+  score 0 even though they equal the reference; `form="any"` turns the check off); an answer over
+  `MAX_ANSWER_CHARS`, nested past `MAX_NESTING` or in a completion over `format.MAX_TEXT_CHARS`
+  (refused unparsed); or **hedging**: several different boxed or tagged answers (0 even when one is
+  right: spraying guesses must never beat committing to one), or a disjunction such as
+  `1 \\text{ or } 2` when the reference has none.
 - 0.0 with failure `verify_timeout`: the comparison ran past `timeout_s`; `verify_crashed`: the worker died;
   `invalid_reference`: the task's reference does not parse. These must not be trained on.
 
@@ -33,13 +37,16 @@ import re
 import threading
 from typing import Any
 
+from gym_server.verifiers._math_form import ANSWER_FORMS, AnswerForm, form_problem
 from gym_server.verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, final_answer, strip_math_delimiters
 from gym_server.verifiers.result import Failure, VerifierResult
 from gym_server.workers import WorkerError, WorkerPool, WorkerTimeout
 
 __all__ = [
+    "ANSWER_FORMS",
     "DEFAULT_TIMEOUT_S",
     "MAX_ANSWER_CHARS",
+    "AnswerForm",
     "close_shared_pool",
     "create_pool",
     "math_match",
@@ -60,11 +67,20 @@ _RIGHT = {"correct": 1.0, "extracted": 1.0, "hedged": 0.0}
 
 
 async def math_match(
-    completion: str, reference: str, *, pool: WorkerPool | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+    completion: str,
+    reference: str,
+    *,
+    pool: WorkerPool | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    form: AnswerForm = "auto",
 ) -> VerifierResult:
-    """Score `completion` against the LaTeX or plain `reference`, in a worker, without blocking the loop."""
+    """Score `completion` against the LaTeX or plain `reference`, in a worker, without blocking the loop.
+
+    `form` is the form the answer must be written in (see the module docstring); `auto` follows the
+    reference's shape.
+    """
     reference = strip_math_delimiters(reference)
-    plan = _plan(completion, reference)
+    plan = _plan(completion, reference, form)
     if isinstance(plan, VerifierResult):
         return plan
     try:
@@ -74,11 +90,16 @@ async def math_match(
 
 
 def math_match_sync(
-    completion: str, reference: str, *, pool: WorkerPool | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+    completion: str,
+    reference: str,
+    *,
+    pool: WorkerPool | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    form: AnswerForm = "auto",
 ) -> VerifierResult:
     """`math_match` for synchronous callers (the CLI, golden checks); blocks the calling thread."""
     reference = strip_math_delimiters(reference)
-    plan = _plan(completion, reference)
+    plan = _plan(completion, reference, form)
     if isinstance(plan, VerifierResult):
         return plan
     try:
@@ -87,8 +108,14 @@ def math_match_sync(
         return _worker_failure(exc, timeout_s)
 
 
-def _plan(completion: str, reference: str) -> tuple[str, ...] | VerifierResult:
+def _plan(completion: str, reference: str, form: AnswerForm) -> tuple[str, ...] | VerifierResult:
     """The candidate answers to send to a worker, or the verdict when none needs sending."""
+    if form not in ANSWER_FORMS:
+        return VerifierResult.zero(
+            f"unknown answer form {form!r}; one of {sorted(ANSWER_FORMS)}",
+            _WRONG,
+            Failure.INVALID_REFERENCE,
+        )
     if len(completion) > MAX_TEXT_CHARS:
         return VerifierResult.zero(
             f"completion longer than {MAX_TEXT_CHARS} characters; refused unread", _NO_ANSWER
@@ -112,6 +139,9 @@ def _plan(completion: str, reference: str) -> tuple[str, ...] | VerifierResult:
             return VerifierResult.zero(
                 f"hedged: {_short(candidate)!r} offers alternatives; commit to one", _HEDGED
             )
+        problem = form_problem(candidate, reference, form)
+        if problem is not None:
+            return VerifierResult.zero(f"{_short(candidate)!r} is {problem}", _WRONG)
     return candidates
 
 

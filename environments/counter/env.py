@@ -7,11 +7,17 @@ its steps cost almost nothing and so measure the server, not the environment.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
 from gym_server import Environment, ToolError, VerifyResult, tool
+from gym_server.sdk.tasks import Task, check_task_field
 
 __all__ = ["CounterEnv"]
 
 MAX_STEP = 10
+Target = Annotated[int, Field(strict=True, ge=-(10**9), le=10**9)]
 
 
 class CounterEnv(Environment):
@@ -25,6 +31,11 @@ class CounterEnv(Environment):
         "You control a counter. Call `read` to see its value, `add` to change it by -10..10, "
         "and `submit` when it equals the target."
     )
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """The answer is the target: an integer."""
+        check_task_field(Target, task.answer, "answer")
 
     async def setup(self) -> None:
         self.value = self.rng.randint(0, 20)

@@ -17,11 +17,9 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from gym_server.environments.humaneval.env import HumanEvalRecord
+
 OUTPUT = Path(__file__).resolve().parents[2] / "datasets" / "humaneval" / "test.jsonl"
-INSTRUCTION = (
-    "Complete the following Python function. Reply with the complete function, including its signature and "
-    "any imports it needs, in a single ```python code block.\n\n```python\n{prompt}```"
-)
 
 
 def build() -> int:
@@ -29,19 +27,8 @@ def build() -> int:
     rows = [json.loads(line) for line in gzip.decompress(data).decode().splitlines() if line.strip()]
     with OUTPUT.open("w", encoding="utf-8") as out:
         for row in rows:
-            number = int(row["task_id"].split("/")[1])
-            task = {
-                "id": f"humaneval-{number:03d}",
-                "prompt": INSTRUCTION.format(prompt=row["prompt"]),
-                "answer": {
-                    "prompt": row["prompt"],
-                    "test": row["test"],
-                    "entry_point": row["entry_point"],
-                    "canonical_solution": row["canonical_solution"],
-                },
-                "metadata": {"source": row["task_id"], "entry_point": row["entry_point"]},
-            }
-            out.write(json.dumps(task, ensure_ascii=False) + "\n")
+            task = HumanEvalRecord.model_validate(row).to_task()  # the same conversion as inline records
+            out.write(json.dumps(task.model_dump(mode="json"), ensure_ascii=False) + "\n")
     return len(rows)
 
 

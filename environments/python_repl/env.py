@@ -16,7 +16,9 @@ through `submit_answer`; `tool_calls` is the share of the turn budget spent on `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gym_server.environments.python_repl.repl import PythonSession
 from gym_server.errors import SandboxUnavailable
@@ -24,12 +26,13 @@ from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
 from gym_server.verifiers.numeric import numeric_match
 from gym_server.verifiers.result import VerifierResult
 from gym_server.verifiers.text import normalized_match
 
-__all__ = ["SYSTEM_PROMPT", "PythonReplEnv", "score_answer"]
+__all__ = ["SYSTEM_PROMPT", "PythonReplEnv", "ReplAnswer", "score_answer"]
 
 SYSTEM_PROMPT = (
     "You can run Python 3 code with the `run_python` tool. The interpreter keeps its state between calls, "
@@ -37,6 +40,16 @@ SYSTEM_PROMPT = (
     "beyond the standard library. Work out the answer with code, then call `submit_answer` with the final "
     "answer only."
 )
+
+
+class ReplAnswer(BaseModel):
+    """A task's hidden answer: the value, how to compare it, and the tolerance of a `float`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Annotated[str, Field(min_length=1)] | int | float
+    kind: Literal["int", "float", "text"] = "text"
+    tolerance: float = Field(0.0, ge=0.0)
 
 
 def score_answer(answer: Any, submitted: str) -> VerifierResult:
@@ -59,6 +72,12 @@ class PythonReplEnv(Environment):
     verifier_version = content_hash([Path(__file__)])
     cell_timeout_s: ClassVar[float] = 10.0
     limits: ClassVar[Limits] = Limits(timeout_s=30, memory_mb=512, pids=64, disk_mb=64)
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """The answer is a `ReplAnswer`; `metadata.files` (optional) maps file names to their text."""
+        check_task_field(ReplAnswer, task.answer, "answer")
+        check_task_field(dict[str, str], task.metadata.get("files") or {}, "metadata.files")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

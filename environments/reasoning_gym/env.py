@@ -26,6 +26,12 @@ the reference, so `1 2 3 ... 300` would earn credit on a counting task and spray
 to a wrong number. Here such a containment-only match scores 0 (`strict_containment = True`; set it
 False on a subclass to get reasoning-gym's behaviour back).
 
+A second rule closes answers in the wrong form: two scorers pay partial credit for an answer the task
+refuses. `fraction_simplification` pays 0.1 for the question's own unsimplified fraction (and 0.05, 0.01
+for any other text), `prime_factorization` 0.5 for any product equal to the number, the number itself
+included (and 0.01 for anything). For those generators (`FORM_STRICT_GENERATORS`) only full credit
+counts (`strict_form = True`; False restores reasoning-gym's scores).
+
 | component | value |
 |---|---|
 | `correct` | the generator's score in [0, 1]; **the reward** |
@@ -53,10 +59,11 @@ from typing import Any, ClassVar
 
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
-from gym_server.sdk.tasks import Dataset, Task
+from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
 from gym_server.verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, extract_tagged, final_answer
 
 __all__ = [
+    "FORM_STRICT_GENERATORS",
     "GENERATORS",
     "SPLIT_SIZES",
     "SYSTEM_PROMPT",
@@ -92,6 +99,8 @@ GENERATORS: dict[str, str] = {
     "spell_backward": "Spell a word backward.",
     "word_sorting": "Sort words by ASCII/Unicode order.",
 }
+# Generators whose scorer pays partial credit for an answer in a form the task refuses (see the docstring).
+FORM_STRICT_GENERATORS = frozenset({"fraction_simplification", "prime_factorization"})
 SPLIT_SIZES: dict[str, int] = {"train": 1000, "validation": 100}
 MAX_ANSWER_CHARS = 10_000  # or 4x the reference: longer answers are refused (some scorers are superlinear)
 SHOWN_ANSWER_CHARS = 200
@@ -210,6 +219,10 @@ class ReasoningGymDataset(Dataset):
                 self._split_tasks[split] = cached
         return cached
 
+    def task_at(self, split: str, index: int) -> Task:
+        """Task `index` of `split` at the class's level, generated alone (not the whole split)."""
+        return self._task(self.level, split, index)
+
     def get(self, task_id: str) -> Task | None:
         parsed = parse_task_id(task_id)
         if parsed is None:
@@ -299,6 +312,7 @@ class ReasoningGymEnv(Environment):
     level: ClassVar[int] = 0
     split_sizes: ClassVar[dict[str, int]] = SPLIT_SIZES
     strict_containment: ClassVar[bool] = True
+    strict_form: ClassVar[bool] = True
     multi_turn = False
     max_turns = 1
     system_prompt = SYSTEM_PROMPT
@@ -313,6 +327,18 @@ class ReasoningGymEnv(Environment):
     @classmethod
     def dataset(cls) -> Dataset:
         return cls.rg_dataset()
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """An ad-hoc task's answer is the reference (text or a number), or reasoning-gym's own entry
+        `{"answer": ..., "metadata": {...}}` for the scorers that need its metadata."""
+        answer = task.answer
+        if isinstance(answer, Mapping):
+            answer = answer.get("answer")
+        if not ((isinstance(answer, str) and answer.strip()) or type(answer) in (int, float)):
+            raise TaskFieldError(
+                [("answer", 'must be the reference (text or a number) or {"answer": ..., "metadata": {...}}')]
+            )
 
     @classmethod
     def rg_dataset(cls) -> ReasoningGymDataset:
@@ -373,6 +399,10 @@ class ReasoningGymEnv(Environment):
         if self.strict_containment and 0.0 < score < 1.0 and _uses_default_scorer(self.generator):
             info["containment_score"] = score
             reason = "the answer only contains the reference among other text; scored 0 (strict)"
+            return _result(0.0, components, info, reason)
+        if self.strict_form and 0.0 < score < 1.0 and self.generator in FORM_STRICT_GENERATORS:
+            info["partial_score"] = score
+            reason = "reasoning-gym's partial credit for an answer not in the form asked; scored 0 (strict)"
             return _result(0.0, components, info, reason)
         components["correct"] = score
         verdict = "correct" if score >= 1.0 else "wrong" if score <= 0.0 else f"partly right ({score:.3g})"

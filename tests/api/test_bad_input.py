@@ -22,7 +22,8 @@ async def test_malformed_json(gym: AppHarness) -> None:
     ("body", "needle"),
     [
         ({"env": 5, "task_id": "counter-0000"}, "env"),
-        ({"env": "counter"}, "exactly one of task_id or task"),
+        ({"env": "counter", "task_id": "counter-0000", "task": {"id": "t", "prompt": "p"}}, "at most one"),
+        ({"env": "counter", "task_id": "counter-0000", "split": "train"}, "split"),
         ({"env": "counter", "task_id": "counter-0000", "seed": -1}, "seed"),
         ({"env": "counter", "task_id": "counter-0000", "ttl_s": "soon"}, "ttl_s"),
         ({"env": "counter", "task_id": "counter-0000", "surprise": 1}, "surprise"),

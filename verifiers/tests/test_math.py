@@ -54,7 +54,7 @@ def pool() -> Iterator[WorkerPool]:
 )
 def test_pathological_answers_time_out_or_finish(pool: WorkerPool, answer: str) -> None:
     started = time.monotonic()
-    result = math_match_sync(f"\\boxed{{{answer}}}", "2", pool=pool, timeout_s=TIMEOUT_S)
+    result = math_match_sync(f"\\boxed{{{answer}}}", "2", pool=pool, timeout_s=TIMEOUT_S, form="any")
     assert time.monotonic() - started < TIMEOUT_S + 3.0
     assert result.score == 0.0
     assert result.failure in (None, "verify_timeout")
@@ -62,8 +62,9 @@ def test_pathological_answers_time_out_or_finish(pool: WorkerPool, answer: str) 
 
 def test_power_tower_is_a_verify_timeout_sync_and_async(pool: WorkerPool) -> None:
     tower = "\\boxed{9^{9^{9^{9}}}}"
-    assert math_match_sync(tower, "2", pool=pool, timeout_s=TIMEOUT_S).failure == "verify_timeout"
-    result = asyncio.run(math_match(tower, "2", pool=pool, timeout_s=TIMEOUT_S))
+    sync = math_match_sync(tower, "2", pool=pool, timeout_s=TIMEOUT_S, form="any")
+    assert sync.failure == "verify_timeout"
+    result = asyncio.run(math_match(tower, "2", pool=pool, timeout_s=TIMEOUT_S, form="any"))
     assert result.failure == "verify_timeout"
     assert result.components == {"correct": 0.0, "extracted": 1.0, "hedged": 0.0}
     assert math_match_sync("\\boxed{2}", "2", pool=pool).score == 1.0  # the pool recovered
@@ -115,8 +116,8 @@ async def test_concurrent_calls_are_correct_and_the_loop_keeps_ticking(pool: Wor
             ticks += 1
 
     task = asyncio.create_task(ticker())
-    right = [math_match(f"\\boxed{{{n}/4}}", f"{n / 4}", pool=pool) for n in range(1, 25)]
-    slow = math_match("\\boxed{9^{9^{9^{9}}}}", "2", pool=pool, timeout_s=TIMEOUT_S)
+    right = [math_match(f"\\boxed{{{n}/4}}", f"{n / 4}", pool=pool, form="any") for n in range(1, 25)]
+    slow = math_match("\\boxed{9^{9^{9^{9}}}}", "2", pool=pool, timeout_s=TIMEOUT_S, form="any")
     results = await asyncio.gather(slow, *right)
     task.cancel()
     assert results[0].failure == "verify_timeout"
@@ -126,7 +127,8 @@ async def test_concurrent_calls_are_correct_and_the_loop_keeps_ticking(pool: Wor
 
 async def test_pool_closing_mid_call_is_verify_crashed() -> None:
     pool = create_pool(size=1)
-    call = asyncio.create_task(math_match("\\boxed{9^{9^{9^{9}}}}", "2", pool=pool, timeout_s=10.0))
+    tower = "\\boxed{9^{9^{9^{9}}}}"
+    call = asyncio.create_task(math_match(tower, "2", pool=pool, timeout_s=10.0, form="any"))
     await asyncio.sleep(1.0)
     await asyncio.to_thread(pool.close)
     result = await call

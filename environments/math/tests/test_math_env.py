@@ -8,6 +8,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,34 @@ async def test_an_off_by_one_answer_scores_zero() -> None:
         assert result.reward == 0.0, task.id
 
 
+async def test_restating_the_problem_scores_zero() -> None:
+    """The expression a `Compute $...$` task shows equals its answer, but it is no answer (issue 17, C11)."""
+    echoes = [
+        (task, re.fullmatch(r"Compute \$(.+?)\$\..*", str(task.prompt), re.DOTALL))
+        for task in TASKS
+        if task.metadata["family"] in ("arithmetic", "fractions")
+    ]
+    assert len(echoes) >= 60
+    for task, match in echoes:
+        assert match is not None, task.prompt
+        _, result = await _play(task, {"role": "assistant", "content": f"\\boxed{{{match[1]}}}"})
+        assert result.reward == 0.0, (task.id, result.info["explanation"])
+        assert result.components["extracted"] == 1.0
+
+
+async def test_fraction_tasks_want_lowest_terms_and_no_decimals() -> None:
+    fractions = [task for task in TASKS if task.metadata["family"] == "fractions"]
+    assert all(task.metadata["answer_form"] == "fraction" for task in fractions)
+    for task in fractions[:20]:
+        value = Fraction(re.sub(r"\\frac\{(\d+)\}\{(\d+)\}", r"\1/\2", str(task.answer)))
+        doubled = f"\\frac{{{2 * value.numerator}}}{{{2 * value.denominator}}}"
+        _, result = await _play(task, {"role": "assistant", "content": f"\\boxed{{{doubled}}}"})
+        assert result.reward == 0.0, (task.id, doubled)
+        if value.denominator in (2, 4, 5, 8, 10, 20, 25, 40, 50):
+            _, result = await _play(task, {"role": "assistant", "content": f"\\boxed{{{float(value)}}}"})
+            assert result.reward == 0.0, (task.id, float(value))
+
+
 async def test_pathological_answer_times_out_instead_of_hanging(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MathEnv, "verify_timeout_s", 0.5)
     ticks = 0
@@ -136,7 +165,10 @@ async def test_pathological_answer_times_out_instead_of_hanging(monkeypatch: pyt
 
     task = asyncio.create_task(ticker())
     started = time.monotonic()
-    _, result = await _play(TASKS[0], {"role": "assistant", "content": "\\boxed{9^{9^{9^{9^{9}}}}}"})
+    # A power tower is not a number, so the form check refuses it unparsed; with the check off
+    # (`answer_form: any`), it reaches math-verify, which spins until the worker is killed.
+    unchecked = TASKS[0].model_copy(update={"metadata": {"answer_form": "any"}})
+    _, result = await _play(unchecked, {"role": "assistant", "content": "\\boxed{9^{9^{9^{9^{9}}}}}"})
     task.cancel()
     assert time.monotonic() - started < 5.0
     assert result.failure == "verify_timeout" and result.reward == 0.0

@@ -221,6 +221,27 @@ async def test_containment_is_strict_unless_turned_off() -> None:
     assert 0.0 < lenient.reward < 1.0
 
 
+@pytest.mark.parametrize(
+    ("generator", "answer"),
+    [
+        ("fraction_simplification", "$296/360$"),  # the question's own fraction: 0.1 from reasoning-gym
+        ("fraction_simplification", "74/90"),  # equal, not in lowest terms: 0.05
+        ("prime_factorization", "858"),  # the number itself: 0.5
+        ("prime_factorization", "2 × 429"),  # a product that is not all primes: 0.5
+    ],
+)
+async def test_partial_credit_for_the_wrong_form_is_zero_unless_off(generator: str, answer: str) -> None:
+    task = _task(generator, task_id(generator, 0, "train", 0))
+    strict = await _answer(_cls(generator), task, f"<answer>{answer}</answer>")
+    assert strict.reward == 0.0 and strict.components["correct"] == 0.0
+    assert 0 < strict.info["partial_score"] < 1
+
+    class Lenient(_cls(generator)):  # type: ignore[misc]
+        strict_form = False
+
+    assert 0.0 < (await _answer(Lenient, task, f"<answer>{answer}</answer>")).reward < 1.0
+
+
 async def test_ad_hoc_tasks_use_their_own_reference() -> None:
     cls = _cls("leg_counting")
     inline = Task(id="my-own", prompt="How many legs do 2 cats have?", answer="8")

@@ -70,6 +70,7 @@ async def _create(manager: SessionManager, body: CreateSessionRequest) -> bytes:
         task_id=body.task_id,
         task=body.task,
         seed=body.seed,
+        split=body.split,
         ttl_s=body.ttl_s,
         run=body.run,
         policy=body.policy,

@@ -13,6 +13,7 @@ from gym_server.api.schemas import BatchVerifyItem, BatchVerifyRequest, BatchVer
 from gym_server.errors import GymError
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
+from gym_server.sessions.manager import choose_task
 from gym_server.sessions.replay import verify_transcript
 from gym_server.settings import Settings
 
@@ -24,7 +25,7 @@ _BATCH_CONCURRENCY = 16
 
 async def _score(request: VerifyRequest, registry: Registry, settings: Settings) -> VerifyResult:
     entry = registry.get(request.env)
-    task = request.task if request.task is not None else entry.task(request.task_id or "")
+    task, _ = choose_task(entry, task_id=request.task_id, task=request.task, split=None, seed=request.seed)
     if request.completion is not None:
         turns: list[dict[str, Any]] = [{"role": "assistant", "content": request.completion}]
     else:
