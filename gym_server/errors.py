@@ -80,8 +80,9 @@ class EnvironmentNotFound(NotFoundError):
     slug = "environment-not-found"
     title = "Unknown environment"
 
-    def __init__(self, env: str, known: list[str] | None = None) -> None:
+    def __init__(self, env: str, known: list[str] | None = None, reason: str | None = None) -> None:
         hint = f"; known environments: {', '.join(sorted(known))}" if known else ""
+        hint = f": {reason}" if reason else hint
         super().__init__(f"no environment named {env!r}{hint}", env=env)
 
 

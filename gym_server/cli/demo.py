@@ -38,6 +38,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gym_server.extras import needs_extras
+
 __all__ = ["demo"]
 
 console = Console(stderr=True)
@@ -188,16 +190,13 @@ def demo(
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    try:
+    with needs_extras("gym-server demo"):
         import torch
 
         trl: Any = importlib.import_module("trl")  # its names are lazy exports mypy cannot see
 
         from gym_server.trainer_adapters.plots import reward_curve_png
         from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
-    except ImportError as exc:
-        console.print(f"[red]error:[/] {exc}; install the trainer extra: pip install 'gym-server[trl]'")
-        raise typer.Exit(2) from exc
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")
     tiny = model == "tiny"

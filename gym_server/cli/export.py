@@ -72,8 +72,6 @@ def export(
                 limit=limit,
                 progress=lambda n: progress.update(bar, description=f"{n} trajectories written"),
             )
-        except RuntimeError as exc:  # pyarrow missing
-            raise fail("cannot export", exc) from exc
         except SQLAlchemyError as exc:
             raise fail(f"cannot read the trajectory database {mask_url(url)}", exc) from exc
     console.print(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from sqlalchemy.orm import Session
 
+from gym_server.extras import needs_extras
 from gym_server.store.migrate import json_dumps, make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter, row_to_record, select_trajectories
@@ -38,13 +39,9 @@ Progress = Callable[[int], None]  # called with the number of rows written so fa
 
 
 def _pyarrow() -> Any:
-    try:
+    with needs_extras("Parquet export"):
         import pyarrow
         import pyarrow.parquet
-    except ImportError as exc:
-        raise RuntimeError(
-            "Parquet export needs pyarrow: install gym-server[parquet] (or use the jsonl format)"
-        ) from exc
     return pyarrow
 
 
@@ -137,7 +134,7 @@ def export_trajectories(
         progress: called with the running count as rows are written.
 
     Raises:
-        RuntimeError: Parquet was asked for and pyarrow is not installed.
+        MissingExtra: Parquet was asked for and pyarrow is not installed.
     """
     writers = {"jsonl": _write_jsonl, "parquet": _write_parquet}
     if fmt not in writers:

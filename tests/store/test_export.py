@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy.orm import Session
 
+from gym_server.extras import MissingExtra
 from gym_server.store import export as export_module
 from gym_server.store.export import NESTED_FIELDS, export_trajectories, parquet_schema
 from gym_server.store.migrate import make_engine
@@ -110,7 +111,7 @@ def test_parquet_without_pyarrow_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     out = tmp_path / "x.parquet"
-    with pytest.raises(RuntimeError, match=r"install gym-server\[parquet\]"):
+    with pytest.raises(MissingExtra, match=r"pip install 'gym-server\[parquet\]'"):
         export_trajectories(store_url, out, "parquet")
     assert not out.exists()
 
