@@ -46,7 +46,7 @@ def init(
         tree.add(str(path.relative_to(root)))
     console.print(tree)
     console.print(
-        f"next: [bold]cd {root} && pip install -e . && pytest[/], then [bold]gym-server play {name}[/]"
+        f"next: [bold]cd {root} && pip install -e '.\\[test]' && pytest[/], then [bold]gym-server play {name}[/]"
     )
 
 
