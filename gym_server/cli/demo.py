@@ -116,21 +116,11 @@ def _evaluate(
 
 
 def _tiny_setup(gym_url: str, seed: int) -> tuple[Any, Any, Any, list[Any], str]:
-    from gym_server.trainer_adapters.client import SyncGymClient
     from gym_server.trainer_adapters.driver import EpisodeSpec
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-    from gym_server.trainer_adapters.trl import gym_prompt
-    from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
+    from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
 
-    tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed)
-    with SyncGymClient(gym_url) as gym:
-        tasks = counter_offset_tasks(gym, 16)
-    train, held_out = tasks[:8], tasks[8:]
-    warm_up_counter(model, tokenizer, train, steps=100, seed=seed)
-    rows = [
-        {"prompt": gym_prompt("counter", t["task"]["prompt"], task=t["task"], seed=t["seed"])} for t in train
-    ]
+    model, tokenizer, train, held_out = tiny_counter_recipe(gym_url, seed)
+    rows = offset_task_prompts(train)
     specs = [EpisodeSpec("counter", None, t["task"], t["seed"], k) for t in held_out for k in range(4)]
     # By name: the checkout's top-level `datasets/` folder would shadow Hugging Face's for mypy.
     dataset = importlib.import_module("datasets").Dataset.from_list(rows)
