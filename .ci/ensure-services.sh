@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure the services the tests use answer: PostgreSQL on loopback, and (through setup-sandbox.sh) the
-# Docker engine without a bridge network, bubblewrap, and the sandbox image built offline. Idempotent.
+# Docker engine without a bridge network, bubblewrap, and the sandbox image built offline; and Chromium for
+# the headless browser tests. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,5 +11,12 @@ if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
 fi
 pg_isready -h 127.0.0.1 -p 5432
+
+# Headless Chromium for the browser test of /docs and /redoc (tests/e2e/test_docs_offline.py).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing chromium (headless browser tests)"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+fi
 
 bash .ci/setup-sandbox.sh

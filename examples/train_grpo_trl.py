@@ -4,7 +4,11 @@ Two configurations:
 
 - `--config cpu` (default): the model trains and samples in this process (`use_cpu=True`,
   `use_vllm=False`); rollouts sample from the trainer's own weights, so they are always on-policy.
-  Good for the tiny model (`--model tiny`) and for SmolLM2-135M with LoRA (`--model smollm2 --lora`).
+  `--model tiny` (the default) runs the recipe of `gym-server demo --model tiny`: the 0.1 M-parameter
+  test model is first warmed up to write counter tool calls (a few seconds of supervised steps), then
+  GRPO trains it at lr 1e-3 on counter tasks whose target is the start value + 3; the printed mean
+  reward per step rises within about 30 steps. (A cold tiny model never writes a tool call, so its
+  reward would never move.) `--model smollm2 --lora` trains SmolLM2-135M on `--env`.
 - `--config gpu`: vLLM serves the policy (server mode) and TRL pushes the weights into it before each
   generation; rollouts sample through vLLM's token-in `/v1/completions`. LoRA via PEFT (TRL merges
   the adapter before each weight push). Start vLLM first, on its own GPU:
@@ -14,6 +18,7 @@ Two configurations:
 
 Run a gym first (`gym-server serve`), then for example:
 
+    python examples/train_grpo_trl.py --model tiny --steps 30
     python examples/train_grpo_trl.py --env counter --model smollm2 --lora --steps 30
     python examples/train_grpo_trl.py --config gpu --model Qwen/Qwen2.5-0.5B-Instruct \\
         --vllm-url http://127.0.0.1:8001 --env tool_call --steps 500
@@ -56,7 +61,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    if args.config == "gpu" and args.model not in ("tiny", "smollm2"):
+    if args.config == "gpu" and args.model != "smollm2":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.model, padding_side="left")
@@ -64,6 +69,13 @@ def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
     from gym_server.trainer_adapters.models import load_policy
 
     return load_policy(args.model, seed=args.seed)
+
+
+def _cpu_learning_rate(args: argparse.Namespace) -> float:
+    """The tiny recipe's rate (as `gym-server demo`), LoRA's, or full fine-tuning's."""
+    if args.model == "tiny":
+        return 1e-3
+    return 5e-5 if args.lora else 1e-5
 
 
 def main() -> None:
@@ -74,8 +86,17 @@ def main() -> None:
     from gym_server.trainer_adapters.samplers import CompletionsSampler
     from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
 
-    model, tokenizer = load_model(args)
-    dataset = load_gym_dataset(args.gym_url, args.env, split=args.split, limit=args.tasks)
+    if args.model == "tiny":
+        if args.config != "cpu" or args.env != "counter":
+            raise SystemExit("--model tiny runs the warmed-up counter recipe: --config cpu --env counter")
+        from datasets import Dataset
+        from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
+
+        model, tokenizer, train, _held_out = tiny_counter_recipe(args.gym_url, seed=args.seed)
+        dataset = Dataset.from_list(offset_task_prompts(train))
+    else:
+        model, tokenizer = load_model(args)
+        dataset = load_gym_dataset(args.gym_url, args.env, split=args.split, limit=args.tasks)
     batch = args.generations * args.prompts_per_step
     common: dict[str, Any] = {
         "output_dir": args.output,
@@ -99,7 +120,7 @@ def main() -> None:
         )
     if args.config == "cpu":
         config = GRPOConfig(
-            use_cpu=True, use_vllm=False, learning_rate=args.lr or (5e-5 if args.lora else 1e-5), **common
+            use_cpu=True, use_vllm=False, learning_rate=args.lr or _cpu_learning_rate(args), **common
         )
         sampler = None  # GymRolloutFunc samples from trainer.model in process
     else:

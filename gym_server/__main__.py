@@ -1,5 +1,5 @@
 """`python -m gym_server` is the `gym-server` command."""
 
-from gym_server.cli.main import app
+from gym_server.cli.main import main
 
-app()
+main()

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from gym_server import __version__
 from gym_server.api.errors import install_error_handlers
@@ -81,7 +82,9 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 if closed:
                     log.warning("server stopping: %d live sessions recorded as lost", closed)
 
-    app = FastAPI(
+    # /docs and /redoc from assets installed with fastapi-offline (served under /static-offline-docs),
+    # not from a CDN: the docs work on a machine without internet, and load nothing from elsewhere.
+    app = FastAPIOffline(
         title="gym-server",
         version=__version__,
         description=_DESCRIPTION,

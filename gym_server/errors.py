@@ -90,8 +90,9 @@ class EnvironmentNotFound(NotFoundError):
     slug = "environment-not-found"
     title = "Unknown environment"
 
-    def __init__(self, env: str, known: list[str] | None = None) -> None:
+    def __init__(self, env: str, known: list[str] | None = None, reason: str | None = None) -> None:
         hint = f"; known environments: {', '.join(sorted(known))}" if known else ""
+        hint = f": {reason}" if reason else hint
         super().__init__(f"no environment named {env!r}{hint}", env=env)
 
 
@@ -241,6 +242,7 @@ class SandboxesBusy(AtCapacity):
     def __init__(self, detail: str, retry_after_s: int, **extra: Any) -> None:
         GymError.__init__(self, detail, **extra)  # the detail names which limit, unlike AtCapacity's
         self.retry_after_s = retry_after_s
+
 
 class TooManyConnections(GymError):
     """The server holds as many client connections as it may; this one is answered and closed."""

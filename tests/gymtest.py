@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+import tomllib
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -15,6 +20,22 @@ T = TypeVar("T")
 # Stored trajectories appear when the writer thread flushes; on a loaded 2-core machine that can take
 # seconds, so waits are generous deadlines, never a fixed number of tries.
 STORE_WAIT_S = 30.0
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def console_script(
+    *args: str, cwd: Path, pythonpath: Sequence[Path] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run `gym-server ARGS` in a subprocess the way pip's console-script wrapper does: import the entry
+    point named in pyproject.toml's `[project.scripts]` and call it. `pythonpath` goes first on the path."""
+    module, _, function = PYPROJECT["project"]["scripts"]["gym-server"].partition(":")
+    code = f"import sys; from {module} import {function}; sys.exit({function}())"
+    path = os.pathsep.join([*map(str, pythonpath), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200", "GYM_LOG_LEVEL": "warning"}
+    env.pop("PYTHONWARNINGS", None)
+    command = [sys.executable, "-c", code, *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout_s: float = STORE_WAIT_S) -> T:

@@ -40,7 +40,8 @@ counts (`strict_form = True`; False restores reasoning-gym's scores).
 | `hedged` | 1.0 when several different answers were given (scored 0) |
 
 reasoning-gym is an optional dependency (`pip install 'gym-server[reasoning-gym]'`, Apache-2.0): without
-it `environments()` returns no classes and the family is simply absent from the catalog.
+it `environments()` raises `MissingExtra`, the family is absent from the catalog, and asking for one of its
+environments answers with the pip command that installs it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gym_server.extras import EXTRA_OF_MODULE, MissingExtra
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
@@ -468,10 +470,14 @@ def make_environment(generator: str, *, level: int = 0) -> type[ReasoningGymEnv]
 
 
 def environments() -> list[type[ReasoningGymEnv]]:
-    """The entry point: one class per curated generator at level 0, or none without reasoning-gym."""
+    """The entry point: one class per curated generator at level 0.
+
+    Raises:
+        MissingExtra: reasoning-gym is not installed (the registry records it, to name the extra).
+    """
     if not _installed():
-        log.info("reasoning-gym is not installed; the reasoning_gym/* environments are not offered")
-        return []
+        extra = EXTRA_OF_MODULE["reasoning_gym"]
+        raise MissingExtra("reasoning_gym", extra, "the reasoning_gym/* family")
     return [_level_zero(generator) for generator in GENERATORS]
 
 

@@ -38,6 +38,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gym_server.extras import needs_extras
+
 __all__ = ["demo"]
 
 console = Console(stderr=True)
@@ -114,21 +116,11 @@ def _evaluate(
 
 
 def _tiny_setup(gym_url: str, seed: int) -> tuple[Any, Any, Any, list[Any], str]:
-    from gym_server.trainer_adapters.client import SyncGymClient
     from gym_server.trainer_adapters.driver import EpisodeSpec
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-    from gym_server.trainer_adapters.trl import gym_prompt
-    from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
+    from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
 
-    tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed)
-    with SyncGymClient(gym_url) as gym:
-        tasks = counter_offset_tasks(gym, 16)
-    train, held_out = tasks[:8], tasks[8:]
-    warm_up_counter(model, tokenizer, train, steps=100, seed=seed)
-    rows = [
-        {"prompt": gym_prompt("counter", t["task"]["prompt"], task=t["task"], seed=t["seed"])} for t in train
-    ]
+    model, tokenizer, train, held_out = tiny_counter_recipe(gym_url, seed)
+    rows = offset_task_prompts(train)
     specs = [EpisodeSpec("counter", None, t["task"], t["seed"], k) for t in held_out for k in range(4)]
     # By name: the checkout's top-level `datasets/` folder would shadow Hugging Face's for mypy.
     dataset = importlib.import_module("datasets").Dataset.from_list(rows)
@@ -188,16 +180,13 @@ def demo(
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    try:
+    with needs_extras("gym-server demo"):
         import torch
 
         trl: Any = importlib.import_module("trl")  # its names are lazy exports mypy cannot see
 
         from gym_server.trainer_adapters.plots import reward_curve_png
         from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
-    except ImportError as exc:
-        console.print(f"[red]error:[/] {exc}; install the trainer extra: pip install 'gym-server[trl]'")
-        raise typer.Exit(2) from exc
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")
     tiny = model == "tiny"

@@ -7,6 +7,7 @@ from typing import Annotated
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -15,13 +16,14 @@ from gym_server.sdk.registry import EnvironmentEntry, Registry
 
 app = typer.Typer(help="Browse the installed environments.", no_args_is_help=True)
 console = Console()
+errors = Console(stderr=True)
 
 
 def load_entry(name: str) -> EnvironmentEntry:
     try:
         return Registry.discover().get(name)
     except GymError as exc:
-        console.print(f"[red]error:[/] {exc.detail}")
+        errors.print(f"[red]error:[/] {escape(exc.detail)}", soft_wrap=True)
         raise typer.Exit(2) from exc
 
 

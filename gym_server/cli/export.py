@@ -1,8 +1,9 @@
-"""`gym-server export`: stored trajectories to a JSONL or Parquet file, for training and analysis jobs.
+"""`gym-server export`: stored trajectories to a JSONL, CSV or Parquet file, for training and analysis.
 
 The file layouts are documented in `gym_server.store.export`. The format follows the output's suffix
-(`.parquet`, else JSONL) unless `--format` says otherwise; rows stream from the database, so exporting a
-large run needs no more memory than a small one.
+(`.jsonl`/`.ndjson`, `.csv`, `.parquet`) unless `--format` says otherwise; any other suffix without
+`--format` is refused before anything is written. Rows stream from the database, so exporting a large
+run needs no more memory than a small one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import SQLAlchemyError
 
 from gym_server.cli.db import DatabaseUrlOption, fail, resolve_database_url
-from gym_server.store.export import export_trajectories
+from gym_server.store.export import UnknownExportFormat, export_trajectories, format_for
 from gym_server.store.migrate import mask_url
 from gym_server.store.records import TrajectoryStatus
 
@@ -31,6 +32,7 @@ class ExportFormat(StrEnum):
     """File formats `export` writes."""
 
     JSONL = "jsonl"
+    CSV = "csv"
     PARQUET = "parquet"
 
 
@@ -40,7 +42,9 @@ def export(
     ],
     fmt: Annotated[
         ExportFormat | None,
-        typer.Option("--format", "-f", help="Output format (default: parquet for *.parquet, else jsonl)."),
+        typer.Option(
+            "--format", "-f", help="Output format (default: from the suffix .jsonl, .csv or .parquet)."
+        ),
     ] = None,
     database_url: DatabaseUrlOption = None,
     run: Annotated[str | None, typer.Option(help="Only this run.")] = None,
@@ -49,9 +53,12 @@ def export(
     status: Annotated[TrajectoryStatus | None, typer.Option(help="Only trajectories in this state.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many, newest first.")] = None,
 ) -> None:
-    """Export stored trajectories (newest first) to a JSONL or Parquet file."""
+    """Export stored trajectories (newest first) to a JSONL, CSV or Parquet file."""
+    try:
+        fmt = fmt or ExportFormat(format_for(output))
+    except UnknownExportFormat as exc:
+        raise typer.BadParameter(str(exc), param_hint="OUTPUT") from exc
     url = resolve_database_url(database_url)
-    fmt = fmt or (ExportFormat.PARQUET if output.suffix == ".parquet" else ExportFormat.JSONL)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -72,8 +79,6 @@ def export(
                 limit=limit,
                 progress=lambda n: progress.update(bar, description=f"{n} trajectories written"),
             )
-        except RuntimeError as exc:  # pyarrow missing
-            raise fail("cannot export", exc) from exc
         except SQLAlchemyError as exc:
             raise fail(f"cannot read the trajectory database {mask_url(url)}", exc) from exc
     console.print(

@@ -1,6 +1,16 @@
-"""The `gym-server` command: each command group lives in its own module and is only wired here."""
+"""The `gym-server` command: each command group lives in its own module and is only wired here.
+
+`main` is the console script. Around the typer app it keeps two promises to the person at the terminal:
+a command that needs an optional extra that is not installed prints one line naming the extra and exits
+2 (never a traceback), and third-party deprecation warnings (a library telling its callers' developers
+about a future change) are not shown; warnings attributed to gym-server's own modules still are, and an
+explicit `-W` or `PYTHONWARNINGS` is left in charge.
+"""
 
 from __future__ import annotations
+
+import sys
+import warnings
 
 import typer
 
@@ -18,6 +28,7 @@ from gym_server.cli import (
     serve,
     verifiers,
 )
+from gym_server.extras import missing_extra
 
 app = typer.Typer(
     name="gym-server",
@@ -41,5 +52,31 @@ app.command()(demo.demo)
 app.command()(rescore.reverify)
 app.command()(rescore.audit)
 
+# A warning's module is where it is attributed (the `stacklevel` frame): anything outside gym_server.
+THIRD_PARTY = r"(?!gym_server(\.|$))"
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+def quiet_third_party_deprecations() -> None:
+    """Hide libraries' deprecation warnings from the user, unless `-W` or `PYTHONWARNINGS` say otherwise."""
+    if sys.warnoptions:
+        return
+    for category in DEPRECATIONS:
+        warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY)
+
+
+def main() -> None:
+    """The `gym-server` console script."""
+    quiet_third_party_deprecations()
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        missing = missing_extra(exc)
+        if missing is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gym_server.extras import needs_extras
+
 __all__ = ["app", "serve"]
 
 app = typer.Typer(help="Run a local policy (model server) for rollouts and evaluation.", no_args_is_help=True)
@@ -41,15 +43,13 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "warning",
 ) -> None:
     """Serve a model over /v1/models, /v1/completions and /v1/chat/completions."""
-    try:
+    import uvicorn
+
+    with needs_extras("gym-server policy serve"):
         import torch
-        import uvicorn
 
         from gym_server.trainer_adapters.models import load_policy
         from gym_server.trainer_adapters.policy_server import create_policy_app
-    except ImportError as exc:
-        console.print(f"[red]error:[/] {exc}; install the trainer extra: pip install 'gym-server[trl]'")
-        raise typer.Exit(2) from exc
     if threads is not None:
         torch.set_num_threads(threads)
     try:

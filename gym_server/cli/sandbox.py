@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gym_server.errors import SandboxUnavailable
+from gym_server.extras import needs_extras
 from gym_server.sandbox.images import DEFAULT_MIRROR, DEFAULT_SUITE
 from gym_server.settings import Settings
 
@@ -45,9 +46,10 @@ def build_image(
     ] = False,
 ) -> None:
     """Build the sandbox image offline: debootstrap (root, about a minute), trim, docker import."""
-    import docker
+    with needs_extras("gym-server sandbox build-image"):
+        import docker
 
-    from gym_server.sandbox import images
+        from gym_server.sandbox import images
 
     image = tag or Settings().sandbox.image
     try:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.tree import Tree
 
 console = Console()
@@ -45,9 +46,8 @@ def init(
     for path in written:
         tree.add(str(path.relative_to(root)))
     console.print(tree)
-    console.print(
-        f"next: [bold]cd {root} && pip install -e . && pytest[/], then [bold]gym-server play {name}[/]"
-    )
+    install = escape("pip install -e '.[test]'")  # the test extra: pytest and pytest-asyncio
+    console.print(f"next: [bold]cd {root} && {install} && pytest[/], then [bold]gym-server play {name}[/]")
 
 
 def scaffold(name: str, root: Path) -> list[Path]:

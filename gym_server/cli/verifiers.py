@@ -4,25 +4,32 @@ Two kinds of fixture files are checked:
 
 - **verifier fixtures**, `verifiers/fixtures/<module>.jsonl`: each case calls a verifier of the library
   with its arguments (`gym_server.verifiers.golden`); one suite per file.
-- **environment fixtures**, `environments/<name>/fixtures/golden.jsonl`: each case replays a transcript's
-  assistant turns through a fresh environment (the engine `POST /v1/verify` uses, tool results
-  recomputed) and compares the reward, and the components and failure when the case states them. One
-  suite per file. The row formats in use are all accepted: `messages` or `assistant` for the turns,
-  `expected_reward` or `reward`, optional `expected_components` (a subset) and `expected_failure`; `env`
-  names the environment when the folder holds a family (`reasoning_gym/<task>`), else the folder's name is
-  the environment's. An environment that is not installed is reported as skipped, not failed.
+- **environment fixtures**, `fixtures/golden.jsonl` beside each *registered* environment's module: the
+  built-ins (`environments/<name>/`) and plugins installed from other distributions alike (a scaffolded
+  `gym_env_<name>/fixtures/golden.jsonl`). Each case replays a transcript's assistant turns through a
+  fresh environment (the engine `POST /v1/verify` uses, tool results recomputed) and compares the
+  reward, and the components and failure when the case states them. One suite per file, named after its
+  environment (or family). The row formats in use are all accepted: `messages` or `assistant` for the
+  turns, `expected_reward` or `reward`, optional `expected_components` (a subset) and `expected_failure`;
+  `env` names the environment when the file holds a family (`reasoning_gym/<task>`), else the file's
+  environment is meant. `--environments DIR` checks `DIR/<name>/fixtures/golden.jsonl` instead, the
+  folder's name standing for the environment.
 
 Every case runs twice and must agree with itself (determinism). Every file must hold a `full`, a `zero`
 and a `malformed` case (a case's kind is its `kind` field, else its name's first word). The table goes to
-stdout; the exit status is 1 when any case failed, so CI can run the command as is.
+stdout; the exit status is 1 when any case failed **or was skipped** (its environment is not installed:
+the line names it and the extra to install), so CI can run the command as is and a green run means every
+case ran. Registered environments without a golden file are named on a line of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -48,11 +55,13 @@ from gym_server.verifiers.golden import (
 
 __all__ = [
     "ENVIRONMENTS_DIR",
+    "EnvironmentFixtures",
     "SuiteResult",
     "app",
     "check",
     "check_environments",
     "check_verifiers",
+    "environment_fixtures",
     "load_registry",
 ]
 
@@ -73,6 +82,7 @@ class SuiteResult:
     passed: int = 0
     skipped: int = 0
     problems: list[str] = field(default_factory=list)  # "<where> <case>: <what>", one per failed case
+    skipped_envs: set[str] = field(default_factory=set)  # environments named by cases but not installed
 
     @property
     def failed(self) -> int:
@@ -105,27 +115,65 @@ def check_verifiers(directory: Path = FIXTURES_DIR) -> list[SuiteResult]:
     return list(suites.values())
 
 
+@dataclass(frozen=True, slots=True)
+class EnvironmentFixtures:
+    """One golden file and the environment its cases replay against when they name none."""
+
+    suite: str
+    path: Path
+    default_env: str
+
+
+def environment_fixtures(registry: Registry) -> tuple[list[EnvironmentFixtures], list[str]]:
+    """The golden file beside each registered environment (plugins included), and the environments
+    that have none. Environments of one family share a file and a suite named after the family."""
+    by_path: dict[Path, list[str]] = {}
+    for entry in registry:
+        path = Path(inspect.getfile(entry.cls)).parent / "fixtures" / "golden.jsonl"
+        by_path.setdefault(path, []).append(entry.name)
+    files, uncovered = [], []
+    for path, names in sorted(by_path.items(), key=lambda item: item[1][0]):
+        if not path.is_file():
+            uncovered.extend(names)
+            continue
+        families = {name.partition("/")[0] for name in names}
+        suite = families.pop() if len(families) == 1 and "/" in names[0] else names[0]
+        files.append(EnvironmentFixtures(suite, path, names[0] if len(names) == 1 else suite))
+    return files, uncovered
+
+
+def _folder_fixtures(directory: Path) -> list[EnvironmentFixtures]:
+    paths = sorted(directory.glob("*/fixtures/golden.jsonl"))
+    return [EnvironmentFixtures(p.parent.parent.name, p, p.parent.parent.name) for p in paths]
+
+
 def check_environments(
-    directory: Path = ENVIRONMENTS_DIR, registry: Registry | None = None, limits: LimitSettings | None = None
+    directory: Path | None = None,
+    registry: Registry | None = None,
+    limits: LimitSettings | None = None,
+    only: str | None = None,
 ) -> list[SuiteResult]:
-    """Replay every `<env>/fixtures/golden.jsonl` under `directory` against the installed environments."""
+    """Replay the golden files of the registered environments (or those under `directory`)."""
     registry = registry if registry is not None else load_registry()
-    limits = limits or LimitSettings()
-    files = sorted(directory.glob("*/fixtures/golden.jsonl"))
-    texts = [(path.parent.parent.name, path.read_text(encoding="utf-8")) for path in files]
-    return [asyncio.run(_check_environment_file(name, text, registry, limits)) for name, text in texts]
+    files = _folder_fixtures(directory) if directory else environment_fixtures(registry)[0]
+    return [
+        asyncio.run(_check_environment_file(fixtures, registry, limits or LimitSettings()))
+        for fixtures in files
+        if not only or only in fixtures.suite
+    ]
 
 
 async def _check_environment_file(
-    folder: str, text: str, registry: Registry, limits: LimitSettings
+    fixtures: EnvironmentFixtures, registry: Registry, limits: LimitSettings
 ) -> SuiteResult:
-    suite = SuiteResult(folder, "environment")
+    suite = SuiteResult(fixtures.suite, "environment")
     kinds: set[str] = set()
-    for number, line in enumerate(text.splitlines(), start=1):
+    label = f"{fixtures.path.parent.parent.name}/fixtures/golden.jsonl"
+    for number, line in enumerate(fixtures.path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         suite.cases += 1
-        where = f"{folder}/fixtures/golden.jsonl:{number}"
+        where = f"{label}:{number}"
         try:
             case = json.loads(line)
             name = str(case["name"])
@@ -133,9 +181,10 @@ async def _check_environment_file(
             suite.problems.append(f"{where}: not a golden case: {type(exc).__name__}: {exc}")
             continue
         kinds.add(str(case.get("kind") or name.split("_", 1)[0]))
-        env = str(case.get("env") or folder)
+        env = str(case.get("env") or fixtures.default_env)
         if env not in registry:
             suite.skipped += 1
+            suite.skipped_envs.add(env)
             continue
         problems = await _check_environment_case(case, registry, env, limits)
         if problems:
@@ -144,8 +193,14 @@ async def _check_environment_file(
             suite.passed += 1
     missing = REQUIRED_KINDS - kinds
     if missing and suite.cases:
-        suite.problems.append(f"{folder}/fixtures/golden.jsonl: no {', '.join(sorted(missing))} case")
+        suite.problems.append(f"{label}: no {', '.join(sorted(missing))} case")
     return suite
+
+
+def _skip_lines(suites: Iterable[SuiteResult], registry: Registry) -> list[str]:
+    """One line per environment whose cases were skipped, with the extra to install where one is known."""
+    envs = sorted({env for suite in suites for env in suite.skipped_envs})
+    return [f"{env}: {registry.unavailable(env) or 'no such environment is installed'}" for env in envs]
 
 
 async def _check_environment_case(
@@ -187,40 +242,55 @@ def check(
         Path, typer.Option(help="Verifier fixture folder.", file_okay=False, exists=True)
     ] = FIXTURES_DIR,
     environments: Annotated[
-        Path, typer.Option(help="Folder of environment folders.", file_okay=False, exists=True)
-    ] = ENVIRONMENTS_DIR,
+        Path | None,
+        typer.Option(
+            help="Check DIR/<env>/fixtures/golden.jsonl instead of every registered environment's own.",
+            file_okay=False,
+            exists=True,
+        ),
+    ] = None,
     only: Annotated[str | None, typer.Option(help="Only suites whose name contains this.")] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Only the table, not each failed case.")
     ] = False,
 ) -> None:
-    """Replay every golden fixture of every verifier and environment; exit 1 when any case fails."""
+    """Replay the golden fixtures of every verifier and registered environment, plugins included.
+
+    Exits 1 when any case fails or is skipped (its environment is not installed).
+    """
     from gym_server.verifiers.math import close_shared_pool
 
+    registry = load_registry()
     try:
-        suites = [*check_verifiers(fixtures), *check_environments(environments)]
+        verifier_suites = [s for s in check_verifiers(fixtures) if not only or only in s.name]
+        suites = [*verifier_suites, *check_environments(environments, registry, only=only)]
     finally:
         close_shared_pool()
-    if only:
-        suites = [suite for suite in suites if only in suite.name]
     table = Table("suite", "kind", "cases", "passed", "failed", "skipped", title="golden fixtures")
     for suite in suites:
-        style = "green" if suite.ok else "red"
+        style = "green" if suite.ok and not suite.skipped else "red"
         table.add_row(
             escape(suite.name),
             suite.kind,
             str(suite.cases),
             f"[{style}]{suite.passed}[/{style}]",
             f"[{style}]{suite.failed}[/{style}]" if suite.failed else "0",
-            str(suite.skipped),
+            f"[red]{suite.skipped}[/red]" if suite.skipped else "0",
         )
     console.print(table)
     problems = [problem for suite in suites for problem in suite.problems]
     if not quiet:
         for problem in problems:
             console.print(f"[red]FAIL[/red] {escape(problem)}")
+    skips = _skip_lines(suites, registry)
+    for line in skips:
+        console.print(f"[red]SKIPPED[/red] {escape(line)}", soft_wrap=True)
+    if environments is None and not only:
+        uncovered = environment_fixtures(registry)[1]
+        if uncovered:
+            console.print(f"no golden fixtures (not checked here): {escape(', '.join(uncovered))}")
     passed, failed = sum(s.passed for s in suites), sum(s.failed for s in suites)
     skipped = sum(s.skipped for s in suites)
     console.print(f"golden cases: {passed} passed, {failed} failed, {skipped} skipped")
-    if problems:
+    if problems or skips:
         raise typer.Exit(1)

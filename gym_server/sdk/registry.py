@@ -20,6 +20,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from gym_server.errors import EnvironmentDefinitionError, EnvironmentNotFound, SplitNotFound, TaskNotFound
+from gym_server.extras import MissingExtra
 from gym_server.sdk.environment import Environment
 from gym_server.sdk.tasks import Dataset, Task
 
@@ -104,6 +105,9 @@ class Registry:
 
     def __init__(self, classes: Iterable[type[Environment]] = ()) -> None:
         self._entries: dict[str, EnvironmentEntry] = {}
+        # Entry points (a family's name is its prefix, `reasoning_gym` for `reasoning_gym/gcd`) whose
+        # environments need an extra that is not installed: asking for one says what to install.
+        self._missing: dict[str, MissingExtra] = {}
         for cls in classes:
             self.add(cls)
 
@@ -120,6 +124,9 @@ class Registry:
                 classes = [loaded] if isinstance(loaded, type) else list(loaded())
                 for env_cls in classes:
                     registry.add(env_cls)
+            except MissingExtra as exc:
+                log.info("environment entry point %r is not offered: %s", point.name, exc)
+                registry._missing[point.name] = exc
             except Exception as exc:
                 log.error("environment entry point %r (%s) failed to load: %s", point.name, point.value, exc)
         return registry
@@ -143,8 +150,13 @@ class Registry:
     def get(self, name: str) -> EnvironmentEntry:
         entry = self._entries.get(name)
         if entry is None:
-            raise EnvironmentNotFound(name, list(self._entries))
+            raise EnvironmentNotFound(name, list(self._entries), self.unavailable(name))
         return entry
+
+    def unavailable(self, name: str) -> str | None:
+        """Why `name` is not offered when its entry point needs an extra that is not installed, else None."""
+        missing = self._missing.get(name.partition("/")[0])
+        return str(missing) if missing else None
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -1,4 +1,4 @@
-"""Exporting stored trajectories to files a training or analysis job reads: JSONL and Parquet.
+"""Exporting stored trajectories to files a training or analysis job reads: JSONL, CSV and Parquet.
 
 Rows stream from the database in pages (`yield_per`, a server-side cursor on Postgres), so an export of
 millions of episodes holds one page in memory, never the table. Order is the API's: newest first.
@@ -10,10 +10,17 @@ millions of episodes holds one page in memory, never the table. Order is the API
   timestamps); the nested fields (`NESTED_FIELDS`: messages, tools, components, ...) are JSON strings,
   because their shape differs per environment and Arrow would otherwise infer a union schema per file.
   `json.loads` on each of them gives back the record's value. pyarrow is the optional extra `[parquet]`.
+- **CSV**: the same flat row as Parquet, one line per trajectory under a header of the record's field
+  names: scalars as text (timestamps in ISO 8601, an absent value as an empty cell), nested fields as
+  JSON strings (quoted by the CSV writer), so a spreadsheet or `pandas.read_csv` reads it as is.
+
+`format_for(path)` picks the format from the file's suffix and refuses one it does not know, so a
+`runs.csv` never receives JSONL.
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from sqlalchemy.orm import Session
 
+from gym_server.extras import needs_extras
 from gym_server.store.migrate import json_dumps, make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter, row_to_record, select_trajectories
@@ -29,22 +37,51 @@ from gym_server.store.repository import TrajectoryFilter, row_to_record, select_
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["NESTED_FIELDS", "ExportFormat", "export_trajectories", "parquet_schema"]
+__all__ = [
+    "NESTED_FIELDS",
+    "SUFFIXES",
+    "ExportFormat",
+    "UnknownExportFormat",
+    "export_trajectories",
+    "format_for",
+    "parquet_schema",
+]
 
-ExportFormat = Literal["jsonl", "parquet"]
+ExportFormat = Literal["jsonl", "csv", "parquet"]
+SUFFIXES: dict[str, ExportFormat] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+}
 NESTED_FIELDS = ("messages", "tools", "components", "verify_info", "policy", "turns", "timings", "metadata")
 PAGE_SIZE = 500
 Progress = Callable[[int], None]  # called with the number of rows written so far
 
 
+class UnknownExportFormat(ValueError):
+    """An export format was asked for by name or suffix that no writer handles."""
+
+
+def format_for(path: str | Path) -> ExportFormat:
+    """The export format a file's suffix names (case-insensitive).
+
+    Raises:
+        UnknownExportFormat: the suffix is none of `SUFFIXES`.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        known = ", ".join(SUFFIXES)
+        raise UnknownExportFormat(
+            f"cannot tell an export format from {Path(path).name!r}: use a suffix {known} or give --format"
+        )
+    return SUFFIXES[suffix]
+
+
 def _pyarrow() -> Any:
-    try:
+    with needs_extras("Parquet export"):
         import pyarrow
         import pyarrow.parquet
-    except ImportError as exc:
-        raise RuntimeError(
-            "Parquet export needs pyarrow: install gym-server[parquet] (or use the jsonl format)"
-        ) from exc
     return pyarrow
 
 
@@ -84,8 +121,9 @@ def _write_jsonl(records: Iterator[TrajectoryRecord], out_path: Path, progress: 
     return count
 
 
-def _parquet_row(record: TrajectoryRecord) -> dict[str, Any]:
-    row = record.model_dump()
+def _flat_row(record: TrajectoryRecord, mode: Literal["python", "json"] = "python") -> dict[str, Any]:
+    """One trajectory as typed scalars (`mode="json"`: as JSON scalars) and nested fields as JSON text."""
+    row = record.model_dump(mode=mode)
     for name in NESTED_FIELDS:
         row[name] = json_dumps(row[name])
     row["status"] = record.status.value
@@ -101,7 +139,7 @@ def _write_parquet(
     with pa.parquet.ParquetWriter(out_path, schema, compression="zstd") as writer:
         page: list[dict[str, Any]] = []
         for record in records:
-            page.append(_parquet_row(record))
+            page.append(_flat_row(record))
             if len(page) == PAGE_SIZE:
                 writer.write_table(pa.Table.from_pylist(page, schema=schema))
                 count += len(page)
@@ -111,6 +149,20 @@ def _write_parquet(
             writer.write_table(pa.Table.from_pylist(page, schema=schema))
             count += len(page)
             progress(count)
+    return count
+
+
+def _write_csv(records: Iterator[TrajectoryRecord], out_path: Path, progress: Progress) -> int:
+    count = 0
+    with out_path.open("w", encoding="utf-8", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(TrajectoryRecord.model_fields))
+        writer.writeheader()
+        for record in records:
+            writer.writerow(_flat_row(record, "json"))
+            count += 1
+            if count % PAGE_SIZE == 0:
+                progress(count)
+    progress(count)
     return count
 
 
@@ -131,17 +183,18 @@ def export_trajectories(
     Args:
         url: the store's database URL.
         out_path: the file to create (overwritten); its folder is created.
-        fmt: `jsonl` or `parquet` (see the module docstring for the layouts).
+        fmt: `jsonl`, `csv` or `parquet` (see the module docstring for the layouts).
         run, env, task_id, status: keep only trajectories with these values; None keeps all.
         limit: export at most this many (the newest).
         progress: called with the running count as rows are written.
 
     Raises:
-        RuntimeError: Parquet was asked for and pyarrow is not installed.
+        UnknownExportFormat: `fmt` is not one of the formats above.
+        MissingExtra: Parquet was asked for and pyarrow is not installed.
     """
-    writers = {"jsonl": _write_jsonl, "parquet": _write_parquet}
+    writers = {"jsonl": _write_jsonl, "csv": _write_csv, "parquet": _write_parquet}
     if fmt not in writers:
-        raise ValueError(f"unknown export format {fmt!r}; use one of {sorted(writers)}")
+        raise UnknownExportFormat(f"unknown export format {fmt!r}; use one of {sorted(writers)}")
     if fmt == "parquet":
         _pyarrow()  # fail before touching the database or the output file
     path = Path(out_path)

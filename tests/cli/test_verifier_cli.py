@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
+from gymtest import console_script
 from typer.testing import CliRunner
 
 from gym_server.cli import verifiers
+from gym_server.cli.scaffold import scaffold
 from gym_server.cli.verifiers import ENVIRONMENTS_DIR, check_environments, check_verifiers
 from gym_server.environments.counter.env import CounterEnv
 from gym_server.sdk.registry import Registry
@@ -47,10 +51,10 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
     classes: list[Any] = [CounterEnv]
     try:
         from gym_server.environments.reasoning_gym.env import environments
-    except ImportError:  # pragma: no cover - reasoning-gym is optional
-        pass
-    else:
+
         classes.extend(environments())
+    except ImportError:  # pragma: no cover - reasoning-gym is optional (MissingExtra is an ImportError)
+        pass
     chosen = Registry(classes)
     monkeypatch.setattr(verifiers, "load_registry", lambda: chosen)
     return chosen
@@ -153,3 +157,46 @@ def test_the_shipped_environment_fixtures_all_pass(tmp_path: Path, registry: Reg
     assert all(suite.ok for suite in suites), [p for s in suites for p in s.problems]
     skipped = sum(suite.skipped for suite in suites)
     assert skipped == (0 if "reasoning_gym/leg_counting" in registry else 13)
+
+
+@pytest.mark.slow
+def test_an_installed_plugin_environment_is_checked(fixtures: Path, tmp_path: Path) -> None:
+    """A scaffolded environment, pip-installed into a folder like any third-party distribution, is found
+    through its entry point and its golden file beside its module is replayed (not skipped)."""
+    scaffold("notes", tmp_path / "notes")
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*pip, "--target", str(site), str(tmp_path / "notes")], check=True, capture_output=True)
+    result = console_script(
+        "verifiers", "check", "--fixtures", str(fixtures), "--only", "notes", cwd=tmp_path, pythonpath=[site]
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert row(result.stdout, "notes") == ["notes", "environment", "3", "3", "0", "0"]
+    assert "golden cases: 3 passed, 0 failed, 0 skipped" in result.stdout
+
+
+def test_skipped_cases_fail_the_command_and_say_why(
+    fixtures: Path, envs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A case whose environment is not installed is not a pass: exit 1, naming it and the extra."""
+    from gym_server.environments.reasoning_gym import env as rg_env
+
+    monkeypatch.setattr(rg_env, "_installed", lambda: False)  # a base install, as discovery sees it
+    monkeypatch.setattr(verifiers, "load_registry", Registry.discover)
+    with (envs / "counter" / "fixtures" / "golden.jsonl").open("a") as file:
+        absent = {
+            "name": "zero_elsewhere",
+            "env": "absent_env",
+            "task_id": "x",
+            "reward": 0.0,
+            "messages": [],
+        }
+        file.write(json.dumps(absent) + "\n")
+    result = invoke("--fixtures", str(fixtures), "--environments", str(envs))
+    assert result.exit_code == 1, result.output
+    assert row(result.output, "counter") == ["counter", "environment", "4", "3", "0", "1"]
+    assert row(result.output, "reasoning_gym")[2:] == ["13", "0", "0", "13"]
+    output = " ".join(result.output.split())
+    assert "SKIPPED absent_env: no such environment is installed" in output
+    assert "SKIPPED reasoning_gym/leg_counting: the reasoning_gym/* family needs reasoning_gym" in output
+    assert "pip install 'gym-server[reasoning-gym]'" in output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from gym_server.cli import db, export
+from gym_server.extras import MissingExtra
 from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.records import TrajectoryRecord
 from gym_server.store.repository import upsert_trajectories
@@ -104,5 +106,28 @@ def test_export_without_pyarrow(runner: CliRunner, tmp_path: Path, monkeypatch: 
     upgrade_database(url)
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     result = runner.invoke(cli, ["export", str(tmp_path / "x.parquet"), "--database-url", url])
-    assert result.exit_code == 1
-    assert "install gym-server[parquet]" in result.stderr
+    # the console script turns it into one line (tests/cli/test_entry_point.py)
+    assert isinstance(result.exception, MissingExtra)
+    assert "pip install 'gym-server[parquet]'" in str(result.exception)
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_export_writes_the_format_its_suffix_names_or_refuses(
+    runner: CliRunner, store_url: str, tmp_path: Path, make_record: RecordFactory
+) -> None:
+    engine = make_engine(store_url)
+    with Session(engine) as session, session.begin():
+        upsert_trajectories(session, [make_record(run="r1") for _ in range(3)])
+    engine.dispose()
+    out = tmp_path / "runs.csv"
+    result = runner.invoke(cli, ["export", str(out), "--database-url", store_url])
+    assert result.exit_code == 0, result.output
+    assert f"Exported 3 trajectories as csv to {out}" in result.stderr
+    with out.open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [row["run"] for row in rows] == ["r1"] * 3
+    unknown = tmp_path / "runs.txt"
+    refused = runner.invoke(cli, ["export", str(unknown), "--database-url", store_url])
+    assert refused.exit_code == 2
+    assert "cannot tell an export format from 'runs.txt'" in " ".join(refused.stderr.split())
+    assert not unknown.exists()

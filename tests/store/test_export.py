@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,8 +14,15 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy.orm import Session
 
+from gym_server.extras import MissingExtra
 from gym_server.store import export as export_module
-from gym_server.store.export import NESTED_FIELDS, export_trajectories, parquet_schema
+from gym_server.store.export import (
+    NESTED_FIELDS,
+    UnknownExportFormat,
+    export_trajectories,
+    format_for,
+    parquet_schema,
+)
 from gym_server.store.migrate import make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import upsert_trajectories
@@ -110,11 +119,47 @@ def test_parquet_without_pyarrow_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     out = tmp_path / "x.parquet"
-    with pytest.raises(RuntimeError, match=r"install gym-server\[parquet\]"):
+    with pytest.raises(MissingExtra, match=r"pip install 'gym-server\[parquet\]'"):
         export_trajectories(store_url, out, "parquet")
     assert not out.exists()
 
 
 def test_unknown_format(store_url: str, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown export format 'csv'"):
-        export_trajectories(store_url, tmp_path / "x.csv", "csv")  # type: ignore[arg-type]
+    with pytest.raises(UnknownExportFormat, match="unknown export format 'xml'"):
+        export_trajectories(store_url, tmp_path / "x.xml", "xml")  # type: ignore[arg-type]
+    assert not (tmp_path / "x.xml").exists()
+
+
+def test_csv_is_flat_with_nested_fields_as_json(
+    store_url: str, tmp_path: Path, full_record: TrajectoryRecord
+) -> None:
+    """One header of the record's fields; nested values read back with json.loads, scalars as text."""
+    engine = make_engine(store_url)
+    with Session(engine) as session, session.begin():
+        upsert_trajectories(session, [full_record])
+    engine.dispose()
+    out = tmp_path / "runs.csv"
+    assert export_trajectories(store_url, out, format_for(out)) == 1
+    with out.open(newline="", encoding="utf-8") as file:
+        reader = csv.DictReader(file)
+        assert reader.fieldnames == list(TrajectoryRecord.model_fields)
+        (row,) = list(reader)
+    expected = full_record.model_dump(mode="json")
+    for name in NESTED_FIELDS:
+        assert json.loads(row[name]) == expected[name], name
+    assert (row["id"], row["run"], row["seed"]) == (full_record.id, full_record.run, str(full_record.seed))
+    assert datetime.fromisoformat(row["created_at"]) == full_record.created_at
+    assert row["status"] == full_record.status.value
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt"), [("a.jsonl", "jsonl"), ("a.NDJSON", "jsonl"), ("a.csv", "csv"), ("a.parquet", "parquet")]
+)
+def test_format_follows_the_suffix(name: str, fmt: str) -> None:
+    assert format_for(name) == fmt
+
+
+@pytest.mark.parametrize("name", ["runs.txt", "runs", "runs.json", "runs.csv.gz"])
+def test_an_unknown_suffix_is_refused(name: str) -> None:
+    with pytest.raises(UnknownExportFormat, match=r"use a suffix \.jsonl, \.ndjson, \.csv, \.parquet"):
+        format_for(name)

@@ -31,6 +31,7 @@ from gym_server.environments.reasoning_gym.env import (
     split_seed,
     task_id,
 )
+from gym_server.extras import MissingExtra
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import Registry
@@ -98,7 +99,8 @@ def test_the_family_registers_one_environment_per_curated_generator() -> None:
 
 def test_without_reasoning_gym_the_family_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rg_env, "_installed", lambda: False)
-    assert environments() == []
+    with pytest.raises(MissingExtra, match=r"pip install 'gym-server\[reasoning-gym\]'"):
+        environments()
 
 
 def test_task_ids_round_trip_and_name_their_seed() -> None:
