@@ -3,9 +3,9 @@
 Rows stream from the database in pages (`yield_per`, a server-side cursor on Postgres), so an export of
 millions of episodes holds one page in memory, never the table. Order is the API's: newest first.
 
-- **JSONL**: one `TrajectoryRecord` per line as orjson writes it (`model_dump(mode="json")`): timestamps in
-  ISO 8601 with their UTC offset, NUL bytes escaped as `\\u0000`. `TrajectoryRecord.model_validate_json`
-  reads a line back.
+- **JSONL**: one `TrajectoryRecord` per line (`model_dump(mode="json")`, written by `gym_server.jsontext`
+  so any integer stays exact): timestamps in ISO 8601 with their UTC offset, NUL bytes escaped as
+  `\\u0000`. `TrajectoryRecord.model_validate_json` reads a line back.
 - **Parquet**: one row per trajectory. Scalar fields are typed columns (strings, int64, float64, UTC
   timestamps); the nested fields (`NESTED_FIELDS`: messages, tools, components, ...) are JSON strings,
   because their shape differs per environment and Arrow would otherwise infer a union schema per file.
@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import orjson
 from sqlalchemy.orm import Session
 
+from gym_server import jsontext
 from gym_server.extras import needs_extras
 from gym_server.store.migrate import json_dumps, make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
@@ -113,7 +113,7 @@ def _write_jsonl(records: Iterator[TrajectoryRecord], out_path: Path, progress: 
     count = 0
     with out_path.open("wb") as out:
         for record in records:
-            out.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
+            out.write(jsontext.dumps(record.model_dump(mode="json")) + b"\n")
             count += 1
             if count % PAGE_SIZE == 0:
                 progress(count)

@@ -23,10 +23,10 @@ import uuid
 from functools import partial
 from typing import Any, Literal
 
-import orjson
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from gym_server import jsontext
 from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep
 from gym_server.api.errors import StrictJsonRoute
 from gym_server.egress import refusal
@@ -322,8 +322,8 @@ async def start_rollouts(
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise  # this request was cancelled (its client left); the run plays on
-        return Response(orjson.dumps(job.view()), status_code=200, media_type="application/json")
-    return Response(orjson.dumps(job.view()), status_code=202, media_type="application/json")
+        return Response(jsontext.dumps(job.view()), status_code=200, media_type="application/json")
+    return Response(jsontext.dumps(job.view()), status_code=202, media_type="application/json")
 
 
 @router.get(
