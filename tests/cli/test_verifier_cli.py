@@ -195,7 +195,8 @@ def test_skipped_cases_fail_the_command_and_say_why(
     result = invoke("--fixtures", str(fixtures), "--environments", str(envs))
     assert result.exit_code == 1, result.output
     assert row(result.output, "counter") == ["counter", "environment", "4", "3", "0", "1"]
-    assert row(result.output, "reasoning_gym")[2:] == ["13", "0", "0", "13"]
+    cases = len((envs / "reasoning_gym" / "fixtures" / "golden.jsonl").read_text().splitlines())
+    assert row(result.output, "reasoning_gym")[2:] == [str(cases), "0", "0", str(cases)]
     output = " ".join(result.output.split())
     assert "SKIPPED absent_env: no such environment is installed" in output
     assert "SKIPPED reasoning_gym/leg_counting: the reasoning_gym/* family needs reasoning_gym" in output
