@@ -11,12 +11,13 @@ and overwrite every column, so the last record written for an id is the whole tr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Row, Select, func, select, update
+from sqlalchemy import ColumnElement, Executable, Row, Select, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -103,13 +104,23 @@ def upsert_trajectories(session: Session, records: Iterable[TrajectoryRecord]) -
     rows = [record_to_row(record) for record in records]
     if not rows:
         return 0
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    session.execute(_upsert_statement(session.get_bind().dialect.name), rows)
+    return len(rows)
+
+
+@functools.cache
+def _upsert_statement(dialect: str) -> Executable:
+    """The upsert of whole trajectory rows, built once per dialect.
+
+    Building it (its `excluded` pseudo-table proxies every column) cost more CPU than the rest of a
+    one-row commit, and acknowledged creates and closes commit small batches often.
+    """
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert(trajectories_table)
     updates = {
         column.name: statement.excluded[column.name] for column in trajectories_table.c if column.name != "id"
     }
-    session.execute(statement.on_conflict_do_update(index_elements=["id"], set_=updates), rows)
-    return len(rows)
+    return statement.on_conflict_do_update(index_elements=["id"], set_=updates)
 
 
 def select_trajectories(where: TrajectoryFilter) -> Select[Any]:
