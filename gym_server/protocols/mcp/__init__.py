@@ -10,6 +10,7 @@ This module imports nothing from `mcp` itself, so importing it costs nothing on 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 from collections.abc import AsyncIterator
@@ -57,9 +58,26 @@ async def serving(app: FastAPI, manager: SessionManager, settings: Settings) -> 
     from gym_server.protocols.mcp.server import Episodes
 
     facade = McpFacade(Episodes(manager), settings)
-    async with facade.sdk.run():
-        app.state.mcp = facade
-        try:
-            yield
-        finally:
-            app.state.mcp = None
+    # The SDK's manager holds an anyio task group, which must be left by the task that entered it; a
+    # lifespan may be entered and left by different tasks (pytest-asyncio fixtures do), so one task of
+    # our own holds it for the whole block.
+    running, stopping = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with facade.sdk.run():
+            running.set()
+            await stopping.wait()
+
+    holder = asyncio.get_running_loop().create_task(hold(), name="gym-server mcp facade")
+    started = asyncio.ensure_future(running.wait())
+    await asyncio.wait([holder, started], return_when=asyncio.FIRST_COMPLETED)
+    if not running.is_set():
+        started.cancel()
+        await holder  # it ended before it ran: raise what it raised
+    app.state.mcp = facade
+    try:
+        yield
+    finally:
+        app.state.mcp = None
+        stopping.set()
+        await holder
