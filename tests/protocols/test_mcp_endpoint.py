@@ -6,13 +6,15 @@ the gym's side of the mapping on the ASGI app: sessions opened, stepped, refused
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import AppHarness, serving
+from conftest import AppHarness, ServerProcess, free_port, serving
 from gymtest import wait_for_rollout
 
 import gym_server.protocols.mcp as mcp_facade
@@ -200,3 +202,55 @@ async def test_without_the_extra_no_mcp_route_is_mounted(
     monkeypatch.setattr(mcp_facade, "available", lambda: False)
     app = create_app(Settings(store={"url": f"sqlite:///{tmp_path / 'gym.db'}"}))
     assert all(getattr(route, "path", "") != mcp_facade.MCP_PATH for route in app.router.routes)
+
+
+BLOCK_MCP = """\
+import sys
+from importlib.machinery import PathFinder
+
+
+class WithoutMcp(PathFinder):
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in ("mcp", "mcp_types"):
+            return None
+        return PathFinder.find_spec(fullname, path, target)
+
+
+sys.meta_path[:] = [WithoutMcp if finder is PathFinder else finder for finder in sys.meta_path]
+"""
+
+
+def test_the_server_starts_without_the_extra_and_says_which_to_install(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_MCP)
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "GYM_DATABASE_URL": f"sqlite:///{tmp_path / 'gym.db'}",
+        "GYM_SANDBOX__BACKEND": "unsafe-no-sandbox",
+    }
+    server = ServerProcess(
+        url=f"http://127.0.0.1:{port}",
+        env=env,
+        args=[
+            sys.executable,
+            "-m",
+            "gym_server.cli.main",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+    )
+    server.start()
+    try:
+        assert httpx.get(f"{server.url}/v1/environments/counter").status_code == 200
+        refused = httpx.post(f"{server.url}{COUNTER}", json=INITIALIZE, headers=HEADERS)
+        # No MCP route: the app's own problem for a path it does not serve this way, not JSON-RPC.
+        assert refused.status_code in (404, 405)
+        assert refused.headers["content-type"] == "application/problem+json"
+    finally:
+        output = server.stop()
+    assert "MCP facade off (needs the mcp extra: pip install 'gym-server[mcp]')" in output
