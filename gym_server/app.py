@@ -18,6 +18,7 @@ from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.media_type import JsonBodyMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
 from gym_server.errors import SandboxUnavailable
+from gym_server.protocols import mcp as mcp_facade
 from gym_server.rollout_runs import RolloutRunBoard
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
@@ -72,7 +73,9 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
             app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
             reaper.start()
             try:
-                yield
+                # MCP sessions end (their tasks cancelled) before the manager records live sessions lost.
+                async with mcp_facade.serving(app, manager, settings):
+                    yield
             finally:
                 await reaper.stop()
                 # Cancelled runs close their own sessions (as abandoned) while the manager still runs.
@@ -98,4 +101,5 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.add_middleware(JsonBodyMiddleware)  # outermost: a body that is not JSON is never read
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
+    mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
     return app

@@ -1,11 +1,11 @@
 """Optional extras: which `pip install 'gym-server[...]'` brings a module that a command needs.
 
 The base install serves environments and verifiers. The trainer stack (`[trl]`), the Docker sandbox SDK
-(`[sandbox]`), Parquet export (`[parquet]`) and the reasoning-gym family (`[reasoning-gym]`) are extras,
-because each pulls a large or separately pinned stack. Code needing one imports it where it is used; a
-`ModuleNotFoundError` for one of the modules below becomes `MissingExtra`, whose message is the single
-line a user needs (what is missing and the pip command that installs it). The CLI entry point prints
-that line instead of a traceback (`gym_server.cli.main.main`).
+(`[sandbox]`), Parquet export (`[parquet]`), the reasoning-gym family (`[reasoning-gym]`) and the MCP
+facade (`[mcp]`) are extras, because each pulls a large or separately pinned stack. Code needing one
+imports it where it is used; a `ModuleNotFoundError` for one of the modules below becomes `MissingExtra`,
+whose message is the single line a user needs (what is missing and the pip command that installs it).
+The CLI entry point prints that line instead of a traceback (`gym_server.cli.main.main`).
 
 `EXTRA_OF_MODULE` mirrors `[project.optional-dependencies]` in pyproject.toml (a test keeps them equal).
 """
@@ -30,6 +30,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "datasets": "trl",
     "gguf": "trl",
     "matplotlib": "trl",
+    "mcp": "mcp",
 }
 
 

@@ -26,6 +26,8 @@ import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 
+from gym_server.extras import install_command
+from gym_server.protocols import mcp as mcp_facade
 from gym_server.sandbox.admission import Budget
 from gym_server.settings import SandboxSettings, Settings
 
@@ -155,6 +157,12 @@ def serve(
         f"[bold]gym-server[/] on http://{settings.host}:{settings.port}"
         + (f" … :{settings.port + workers - 1} ({workers} replicas)" if workers > 1 else "")
         + f"  store: {_mask(settings.store.resolved_url())}"
+    )
+    console.print(
+        "MCP: each environment at /v1/environments/{env}/mcp (docs/protocols.md)"
+        if mcp_facade.available()
+        else f"MCP facade off (needs the mcp extra: {install_command('mcp')})",
+        markup=False,  # the extra's brackets are not rich markup
     )
     if workers == 1:
         _run_replica(settings)

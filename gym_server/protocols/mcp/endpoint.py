@@ -1,0 +1,219 @@
+"""The ASGI endpoint `/v1/environments/{env}/mcp`: gym sessions opened and closed around the SDK's
+streamable-HTTP session manager.
+
+The SDK owns the MCP wire (JSON-RPC, session ids, the initialize handshake); this layer owns what makes
+an MCP session a gym episode, because only it sees the HTTP request before the SDK does:
+- an opening `initialize` (a POST without `Mcp-Session-Id`) first creates the gym session through the
+  `SessionManager` (task by `task_id`, or drawn by `seed` from `split`, from the query string), so a
+  refusal (429 at capacity, 404 unknown env or task, 422 bad query) is answered before any MCP state
+  exists, as a JSON-RPC error at the native API's HTTP status, which the `mcp` client raises as
+  `MCPError`; the SDK's session id in its answer is then bound to the gym session;
+- a DELETE closes and stores the gym session before the SDK ends the MCP session, so its 2xx means
+  committed, as the native DELETE's does;
+- every request carries its gym session id to the handlers in the scope's `state`.
+A client that vanishes without a DELETE leaves its episode to the gym's idle TTL, like a native client.
+Requests of the stateless 2026-07-28 protocol era (no session to hold an episode) are refused with a
+JSON-RPC error, on which the `mcp` client's `auto` mode falls back to the initialize handshake.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
+from starlette.types import Message, Receive, Scope, Send
+
+from gym_server.api.asgi import read_body, replay_body
+from gym_server.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.protocols.mcp import mapping
+from gym_server.protocols.mcp.server import SCOPE_KEY, Binding, Episodes, build_server
+from gym_server.settings import Settings
+
+__all__ = ["McpEndpoint", "McpFacade"]
+
+log = logging.getLogger(__name__)
+
+_SESSION_HEADER = b"mcp-session-id"
+_VERSION_HEADER = b"mcp-protocol-version"
+
+
+class McpFacade:
+    """What the MCP endpoint needs while the app runs: the episodes table and the SDK's manager.
+
+    Built in the app's lifespan (`serving`), since the SDK's manager runs a task group for as long as
+    its MCP sessions live.
+    """
+
+    def __init__(self, episodes: Episodes, settings: Settings) -> None:
+        self.episodes = episodes
+        sessions = settings.sessions
+        self.sdk = StreamableHTTPSessionManager(
+            build_server(episodes),
+            # One JSON body per POST: the gym never sends server-initiated requests mid-call.
+            json_response=True,
+            # An MCP session idles out on the gym's TTL (its episode was reaped by then).
+            session_idle_timeout=sessions.default_ttl_s,
+            max_request_body_size=settings.limits.max_body_bytes,
+            # Each MCP session holds a gym session, so the gym's capacity is the real limit; an MCP
+            # session may outlive its reaped episode by up to one TTL, hence the headroom.
+            max_sessions=2 * sessions.max_sessions,
+        )
+
+    def __repr__(self) -> str:
+        return f"McpFacade({self.episodes!r})"
+
+
+class McpEndpoint:
+    """The ASGI app of the route; finds the running `McpFacade` on `app.state.mcp`."""
+
+    def __repr__(self) -> str:
+        return "McpEndpoint()"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        facade: McpFacade | None = getattr(scope["app"].state, "mcp", None)
+        if facade is None:  # the app's lifespan has not started (or has ended)
+            await _send_error(send, 503, mapping.INTERNAL_ERROR, "the MCP facade is not running", None)
+            return
+        headers = dict(scope["headers"])
+        version = headers.get(_VERSION_HEADER)
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await _send_error(
+                send,
+                400,
+                mapping.INVALID_REQUEST,
+                "each MCP session here is one gym episode, so this endpoint speaks the protocol versions "
+                f"with an initialize handshake ({', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}); "
+                f"{version.decode('latin-1')[:40]!r} has no session",
+                None,
+            )
+            return
+        env: str = scope["path_params"]["env"]
+        mcp_id = headers.get(_SESSION_HEADER)
+        if mcp_id is not None:
+            await _in_session(facade, env, mcp_id.decode("latin-1"), scope, receive, send)
+        elif scope["method"] == "POST":
+            await _opening(facade, env, scope, receive, send)
+        else:
+            await facade.sdk.handle_request(scope, receive, send)
+
+
+async def _in_session(
+    facade: McpFacade, env: str, mcp_id: str, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """A request of an open MCP session: tag it with its gym session; a DELETE stores the episode first."""
+    binding = facade.episodes.get(mcp_id)
+    if binding is not None:
+        if binding.env != env:
+            await _send_error(
+                send,
+                404,
+                mapping.INVALID_REQUEST,
+                f"this MCP session is an episode of {binding.env!r}, not of {env!r}",
+                None,
+            )
+            return
+        scope.setdefault("state", {})[SCOPE_KEY] = binding.session_id
+        if scope["method"] == "DELETE":
+            try:
+                await facade.episodes.manager.close(binding.session_id)
+            except NotFoundError:
+                pass  # closed long ago, its id forgotten: its trajectory is stored
+            except GymError as exc:  # not committed (the store is down): the client may repeat the DELETE
+                await _send_gym_error(send, exc, None)
+                return
+            facade.episodes.unbind(mcp_id)
+    await facade.sdk.handle_request(scope, receive, send)
+
+
+async def _opening(facade: McpFacade, env: str, scope: Scope, receive: Receive, send: Send) -> None:
+    """A POST without a session id: an `initialize` opens a gym session, then the SDK answers it."""
+    try:
+        raw = await read_body(receive)
+    except ClientDisconnect:
+        return
+    receive = replay_body(raw, receive)
+    request_id, is_initialize = _peek(raw)
+    if not is_initialize:  # the SDK refuses it in its own words (only an initialize opens a session)
+        await facade.sdk.handle_request(scope, receive, send)
+        return
+    facade.episodes.sweep()
+    manager = facade.episodes.manager
+    try:
+        params = mapping.parse_episode_params(_query_pairs(scope))
+        session = await manager.create(
+            env, task_id=params.task_id, seed=params.seed, split=params.split, run=params.run
+        )
+    except GymError as exc:
+        await _send_gym_error(send, exc, request_id)
+        return
+    scope.setdefault("state", {})[SCOPE_KEY] = session.id
+    bound: list[str] = []
+
+    async def bind_on_answer(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] < 400:
+            for name, value in message.get("headers", []):
+                if name.lower() == _SESSION_HEADER:
+                    # Bound before the answer leaves, so the client's next request finds its episode.
+                    facade.episodes.bind(value.decode("latin-1"), Binding(session.id, env))
+                    bound.append(value.decode("latin-1"))
+        await send(message)
+
+    try:
+        await facade.sdk.handle_request(scope, receive, bind_on_answer)
+    finally:
+        if not bound:  # the SDK refused the handshake: no MCP session will ever use this episode
+            try:
+                await manager.close(session.id)
+            except GymError as exc:
+                log.warning("MCP opening refused; closing its gym session failed: %s", exc.detail)
+
+
+def _peek(raw: bytes) -> tuple[str | int | None, bool]:
+    """The JSON-RPC id of a request body and whether it is an `initialize` (False for anything else)."""
+    try:
+        body: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None, False
+    if not isinstance(body, dict):
+        return None, False
+    request_id = body.get("id")
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None
+    return request_id, body.get("method") == "initialize"
+
+
+def _query_pairs(scope: Scope) -> list[tuple[str, str]]:
+    try:
+        return parse_qsl(scope["query_string"].decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise InvalidRequest("the MCP endpoint's query string is not UTF-8") from None
+
+
+async def _send_gym_error(send: Send, exc: GymError, request_id: str | int | None) -> None:
+    headers = [(name.lower().encode(), value.encode()) for name, value in exc.headers.items()]
+    await _send(send, exc.status, mapping.jsonrpc_error_body(exc, request_id), headers)
+
+
+async def _send_error(send: Send, status: int, code: int, message: str, request_id: str | int | None) -> None:
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    await _send(send, status, orjson.dumps(body), [])
+
+
+async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

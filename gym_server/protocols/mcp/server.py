@@ -1,0 +1,188 @@
+"""The MCP server that stands for gym episodes: the SDK's low-level `Server` with the gym's handlers.
+
+One `Server` serves every MCP session of the app; each request finds its episode through the
+`Episodes` table, by the gym session id the ASGI endpoint (`endpoint.py`) put in the request's scope.
+`tools/list` is the episode's tool schemas; `tools/call` is one native step with one tool call, stored
+in the trajectory exactly as `POST /v1/sessions/{id}/step` stores it; `initialize` carries the
+episode's opening messages as `instructions` and its ids in `_meta`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from gym_server import __version__
+from gym_server.errors import GymError
+from gym_server.protocols.mcp import mapping
+from gym_server.sdk.messages import Message
+from gym_server.sessions.manager import LiveSession, SessionManager
+
+__all__ = ["SCOPE_KEY", "Binding", "Episodes", "build_server", "mcp_error"]
+
+# Where the endpoint leaves the request's gym session id, in the ASGI scope's `state` dict (which the
+# SDK's `Request` for the message reads back as `request.scope`).
+SCOPE_KEY = "gym_server.mcp.session_id"
+
+ServerContext = ServerRequestContext[dict[str, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """The gym session an MCP session stands for, and the environment whose endpoint opened it."""
+
+    session_id: str
+    env: str
+
+
+class Episodes:
+    """Which gym session each MCP session stands for, and the manager that holds them.
+
+    A binding is made when the SDK answers an `initialize` with its session id, and dropped when the
+    MCP session is deleted or, at the next opening, once its gym session is no longer live (closed,
+    expired by the reaper), so the table never outgrows the live sessions by more than the ones that
+    ended since the last MCP session opened.
+    """
+
+    def __init__(self, manager: SessionManager) -> None:
+        self.manager = manager
+        self._by_mcp_id: dict[str, Binding] = {}
+
+    def __repr__(self) -> str:
+        return f"Episodes(bound={len(self._by_mcp_id)})"
+
+    def bind(self, mcp_session_id: str, binding: Binding) -> None:
+        self._by_mcp_id[mcp_session_id] = binding
+
+    def get(self, mcp_session_id: str) -> Binding | None:
+        return self._by_mcp_id.get(mcp_session_id)
+
+    def unbind(self, mcp_session_id: str) -> None:
+        self._by_mcp_id.pop(mcp_session_id, None)
+
+    def sweep(self) -> int:
+        """Forget the bindings whose gym session has ended; returns how many."""
+        ended = [key for key, binding in self._by_mcp_id.items() if not self._is_live(binding.session_id)]
+        for key in ended:
+            del self._by_mcp_id[key]
+        return len(ended)
+
+    def _is_live(self, session_id: str) -> bool:
+        try:
+            self.manager.get(session_id)
+        except GymError:
+            return False
+        return True
+
+    def live(self, ctx: ServerContext) -> LiveSession:
+        """The live gym session of the request in `ctx`.
+
+        Raises:
+            MCPError: the MCP session stands for no episode, or its episode is closed or expired.
+        """
+        request = ctx.request
+        state = request.scope.get("state", {}) if request is not None else {}
+        session_id = state.get(SCOPE_KEY) if isinstance(state, dict) else None
+        if not isinstance(session_id, str):
+            raise MCPError(
+                mapping.INVALID_REQUEST,
+                "this MCP session stands for no live gym episode (it ended, or was opened elsewhere): "
+                "open a new MCP session",
+            )
+        try:
+            return self.manager.get(session_id)
+        except GymError as exc:
+            raise mcp_error(exc) from None
+
+
+def mcp_error(exc: GymError) -> MCPError:
+    """`exc` in MCP's error form: its detail as the message, its problem+json fields as `data`."""
+    return MCPError(mapping.error_code(exc.status), exc.detail, mapping.problem_data(exc))
+
+
+def build_server(episodes: Episodes) -> Server[dict[str, Any]]:
+    """The low-level MCP server whose handlers drive `episodes`' gym sessions."""
+    handlers = _Handlers(episodes)
+    server: Server[dict[str, Any]] = Server(
+        "gym-server",
+        version=__version__,
+        description="Each MCP session is one gym episode; every tool call is a stored step.",
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+    )
+    server.middleware.append(handlers.on_initialize)
+    return server
+
+
+class _Handlers:
+    """The request handlers, bound to the episodes they serve (no module-level state)."""
+
+    def __init__(self, episodes: Episodes) -> None:
+        self.episodes = episodes
+
+    async def list_tools(
+        self, ctx: ServerContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        session = self.episodes.live(ctx)
+        tools = [types.Tool.model_validate(mapping.mcp_tool(schema)) for schema in session.tools]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        self, ctx: ServerContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        session = self.episodes.live(ctx)
+        names = [schema["function"]["name"] for schema in session.tools]
+        if params.name not in names:
+            # A protocol error, as MCP's spec has it for an unknown tool: nothing reaches the
+            # environment, so no step is stored and the episode goes on as it was.
+            raise MCPError(
+                mapping.INVALID_PARAMS,
+                f"unknown tool {params.name[:80]!r}; this episode's tools: {', '.join(names) or 'none'}",
+            )
+        try:
+            message = Message.model_validate(mapping.assistant_tool_call(params.name, params.arguments))
+        except ValidationError as exc:  # e.g. text that cannot be encoded as UTF-8, as a native 422
+            problems = "; ".join(error["msg"] for error in exc.errors())
+            raise MCPError(mapping.INVALID_PARAMS, f"malformed tool call: {problems}") from None
+        try:
+            result = await self.episodes.manager.step(session.id, message.to_dict())
+        except GymError as exc:
+            raise mcp_error(exc) from None
+        if result.messages:
+            text = str(result.messages[0].get("content") or "")
+        else:  # the environment crashed: the step ended the episode with failure env_error
+            text = f"Error: {result.info.get('error', 'the environment gave no reply')}"
+        meta = mapping.episode_meta(session.id, done=result.done, reward=result.reward, info=result.info)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            is_error=mapping.is_tool_error(text),
+            meta=meta,
+        )
+
+    async def on_initialize(self, ctx: ServerContext, call_next: CallNext) -> HandlerResult:
+        """Middleware: the initialize result gains the episode's opening messages and ids."""
+        result = await call_next(ctx)
+        if ctx.method != "initialize" or not isinstance(result, dict):
+            return result
+        session = self.episodes.live(ctx)
+        env = session.env
+        result["instructions"] = mapping.instructions(session.entry.name, env.task.id, env.messages)
+        result["_meta"] = {
+            mapping.EPISODE_META_KEY: {
+                "session_id": session.id,
+                "env": session.entry.name,
+                "env_version": session.entry.version,
+                "task_id": env.task.id,
+                "seed": env.seed,
+                "messages": env.messages,
+                "max_turns": session.max_turns,
+                "expires_at": session.expires_at().isoformat(),
+            }
+        }
+        return result
