@@ -44,7 +44,7 @@ lint:
 test: install-dev
 	bash .ci/ensure-services.sh
 	$(MAKE) lint
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
 
 ## Each peer's tests (tests/interop/<peer>) in that peer's own venv (var/interop/<peer>), against real gym
 ## servers run from this environment: `make interop PEER=mcp`, or every peer without PEER

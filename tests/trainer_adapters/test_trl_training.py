@@ -6,7 +6,9 @@ from the gym), so the policy must call `add(3)` and then `submit`. A tiny random
 tool call, so it is first warmed up with a few dozen supervised steps on calls adding 1, 2, 3 or 4
 (about 25 % success); GRPO must then find the amount the gym rewards. Measured on the 2-core machine
 class with this seed: mean reward of the first 5 steps 0.35, of the last 5 steps 0.81 (seeds 1 and 2:
-0.29 -> 0.78 and 0.40 -> 0.71); the assertion asks for a rise of at least 0.2. About 100 s of CPU.
+0.29 -> 0.78 and 0.40 -> 0.71); the assertion asks for a rise of at least 0.2. With the locked stack
+(transformers 5.24, trl 1.16) it takes 240-260 s on a quiet machine (half of it in TRL's backward pass), so
+it has a timeout of its own above the suite's 300 s: under a loaded CI it was cut off while still training.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from gym_server.trainer_adapters.chat import ChatRenderer
 from gym_server.trainer_adapters.client import SyncGymClient
 from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 OFFSET = 3
 AMOUNTS = (1, 2, 3, 4)
