@@ -122,6 +122,8 @@ def print_results(report: Report) -> None:
         "step p50 ms",
         "step p99 ms",
         "create p50 ms",
+        "close p50 ms",
+        "close p99 ms",
         "errors",
         "server CPU",
         "server µs/req",
@@ -141,6 +143,8 @@ def print_results(report: Report) -> None:
             fmt_ms(lv.p("step", 50)),
             fmt_ms(lv.p("step", 99)),
             fmt_ms(lv.p("create", 50)),
+            fmt_ms(lv.p("delete", 50)),
+            fmt_ms(lv.p("delete", 99)),
             fmt_errors(lv.errors),
             f"{lv.server_cpu:.0%}",
             f"{lv.server_us_per_request:.0f}",
@@ -313,10 +317,11 @@ def markdown_section(report: Report) -> str:
         "",
         f"### Episodes ({args.duration:g} s per level)",
         "",
-        "| clients | episodes | steps/s | all req/s | step p50 | step p99 | create p50 | errors | "
+        "| clients | episodes | steps/s | all req/s | step p50 | step p99 | create p50 | close p50 | close p99 "
+        "| errors | "
         "server CPU | server CPU per request | steps/s per server core | loadgen CPU | other load "
         "| server RSS before → after |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for lv in report.levels:
         lines.append(
@@ -324,6 +329,7 @@ def markdown_section(report: Report) -> str:
             f"| {lv.requests / lv.seconds:,.0f} "
             f"| {fmt_ms(lv.p('step', 50))} ms | {fmt_ms(lv.p('step', 99))} ms "
             f"| {fmt_ms(lv.p('create', 50))} ms "
+            f"| {fmt_ms(lv.p('delete', 50))} ms | {fmt_ms(lv.p('delete', 99))} ms "
             f"| {fmt_errors(lv.errors)} | {lv.server_cpu:.0%} | {lv.server_us_per_request:.0f} µs "
             f"| {lv.steps_per_server_core:,.0f} | {lv.loadgen_cpu:.0%} "
             f"| {lv.other_cpu:.2f} cores | {lv.rss_before_mb:.0f} → {lv.rss_after_mb:.0f} MB |"
