@@ -317,8 +317,8 @@ def markdown_section(report: Report) -> str:
         "",
         f"### Episodes ({args.duration:g} s per level)",
         "",
-        "| clients | episodes | steps/s | all req/s | step p50 | step p99 | create p50 | close p50 | close p99 "
-        "| errors | "
+        "| clients | episodes | steps/s | all req/s | step p50 | step p99 | create p50 | close p50 "
+        "| close p99 | errors | "
         "server CPU | server CPU per request | steps/s per server core | loadgen CPU | other load "
         "| server RSS before → after |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
