@@ -120,7 +120,12 @@ def main() -> None:
         )
     if args.config == "cpu":
         config = GRPOConfig(
-            use_cpu=True, use_vllm=False, learning_rate=args.lr or _cpu_learning_rate(args), **common
+            use_cpu=True,
+            use_vllm=False,
+            # TRL defaults to bf16 autocast even on a CPU: slower there, and not the precision of sampling
+            bf16=False,
+            learning_rate=args.lr or _cpu_learning_rate(args),
+            **common,
         )
         sampler = None  # GymRolloutFunc samples from trainer.model in process
     else:

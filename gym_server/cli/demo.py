@@ -223,6 +223,9 @@ def demo(
             reward_weights=[1.0, *shaped.values()],
             output_dir=str(output / "trainer"),
             use_cpu=True,
+            # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
+            # slower than fp32, and training would score tokens in another precision than sampling did.
+            bf16=False,
             per_device_train_batch_size=generations * prompts_per_step,
             num_generations=generations,
             max_completion_length=max_completion,
