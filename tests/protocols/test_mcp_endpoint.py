@@ -7,14 +7,13 @@ the gym's side of the mapping on the ASGI app: sessions opened, stepped, refused
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import AppHarness, ServerProcess, free_port, serving
+from conftest import AppHarness, ServerProcess, serving
 from gymtest import wait_for_rollout
 
 import gym_server.protocols.mcp as mcp_facade
@@ -221,28 +220,14 @@ sys.meta_path[:] = [WithoutMcp if finder is PathFinder else finder for finder in
 """
 
 
-def test_the_server_starts_without_the_extra_and_says_which_to_install(tmp_path: Path) -> None:
+def test_the_server_starts_without_the_extra_and_says_which_to_install(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
     (tmp_path / "sitecustomize.py").write_text(BLOCK_MCP)
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-        "GYM_DATABASE_URL": f"sqlite:///{tmp_path / 'gym.db'}",
-        "GYM_SANDBOX__BACKEND": "unsafe-no-sandbox",
-    }
-    server = ServerProcess(
-        url=f"http://127.0.0.1:{port}",
-        env=env,
-        args=[
-            sys.executable,
-            "-m",
-            "gym_server.cli.main",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
+    server = server_factory(
+        f"sqlite:///{tmp_path / 'gym.db'}",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        GYM_SANDBOX__BACKEND="unsafe-no-sandbox",
     )
     server.start()
     try:
