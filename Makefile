@@ -26,7 +26,7 @@ install-dev:
 demo: install-trl
 	HF_HUB_OFFLINE=1 gym-server demo --model tiny
 
-## The same with SmolLM2-135M-Instruct and LoRA on reasoning_gym/chain_sum (about half an hour on 2 cores)
+## The same with SmolLM2-135M-Instruct and LoRA on reasoning_gym/chain_sum (about 35 minutes on 2 cores)
 demo-smollm2: install-trl
 	$(PIP_INSTALL) -e ".[trl,reasoning-gym]"
 	HF_HUB_OFFLINE=1 gym-server demo --model smollm2 --output var/demo-smollm2
