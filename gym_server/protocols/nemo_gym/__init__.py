@@ -17,7 +17,7 @@ from gym_server.protocols.nemo_gym.endpoint import NemoGymEndpoint
 
 __all__ = ["NEMO_GYM_PATH", "mount"]
 
-NEMO_GYM_PATH: Final = "/v1/environments/{env}/nemo-gym/{route}"
+NEMO_GYM_PATH: Final = "/v1/environments/{env:path}/nemo-gym/{route}"  # env names may hold a /
 
 
 def mount(app: FastAPI) -> None:
