@@ -97,11 +97,11 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.settings = settings
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
+    nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}, inside every check below
     app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(JsonBodyMiddleware)  # outermost: a body that is not JSON is never read
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
-    nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}
     return app

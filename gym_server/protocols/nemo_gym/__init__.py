@@ -2,26 +2,50 @@
 
 NeMo Gym's agents drive a resources server over plain HTTP with JSON bodies and a session cookie, so
 the facade needs no package of theirs: the wire format is spoken here (`wire.py`), the routes are one
-ASGI endpoint (`endpoint.py`) over the gym's `SessionManager`, and it is always mounted. The mapping is
-in docs/protocols.md.
+ASGI endpoint (`endpoint.py`) over the gym's `SessionManager`, and they are always served. The mapping
+is in docs/protocols.md.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from fastapi import FastAPI
-from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_server.protocols.nemo_gym.endpoint import NemoGymEndpoint
 
-__all__ = ["NEMO_GYM_PATH", "mount"]
+__all__ = ["NemoGymRoutes", "mount"]
 
-NEMO_GYM_PATH: Final = "/v1/environments/{env:path}/nemo-gym/{route}"  # env names may hold a /
+# Environment names may hold a `/` (`reasoning_gym/chain_sum`); a route (a tool name) never does.
+_PATH: Final = re.compile(r"/v1/environments/(?P<env>.+)/nemo-gym/(?P<route>[^/]+)")
+
+
+class NemoGymRoutes:
+    """ASGI middleware that answers the NeMo Gym paths itself and passes every other request on.
+
+    An episode's tool calls are its hot path, as the native steps are theirs (`SessionFastPath`): FastAPI's
+    routing over every route of the app cost more than the step, so the paths are matched here.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.endpoint = NemoGymEndpoint()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        scope["path_params"] = match.groupdict()
+        await self.endpoint(scope, receive, send)
 
 
 def mount(app: FastAPI) -> None:
-    """Add the NeMo Gym resources-server routes of every environment to `app`."""
-    # A Route whose endpoint is not a function is a raw ASGI app: no FastAPI request parsing or
-    # dependency solving on the episode's hot path; the endpoint answers the methods it does not serve.
-    app.router.routes.append(Route(NEMO_GYM_PATH, NemoGymEndpoint(), include_in_schema=False))
+    """Serve the NeMo Gym resources-server paths of every environment in `app`.
+
+    Call it before the middleware that must see these requests first (the body limit, the JSON media
+    type check) is added: the middleware added last runs first.
+    """
+    app.add_middleware(NemoGymRoutes)
