@@ -9,6 +9,8 @@ one more process (`nemo_servers.py`), since NeMo Gym's global aiohttp client bel
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import socket
 import subprocess
@@ -25,7 +27,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gym_servers import Gym, anyio_backend, free_port, gym, gym_with
 
-__all__ = ["Gym", "NemoServers", "anyio_backend", "free_port", "gym", "gym_with", "nemo_servers"]
+__all__ = [
+    "Gym",
+    "NemoResources",
+    "NemoServers",
+    "anyio_backend",
+    "free_port",
+    "gym",
+    "gym_with",
+    "nemo_resources",
+    "nemo_servers",
+]
 
 HERE = Path(__file__).parent
 
@@ -70,3 +82,50 @@ def nemo_servers(gym: Gym, tmp_path: Path) -> Iterator[NemoServers]:
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class NemoResources:
+    """One of nemo-gym's own resources servers, running as its own process, and its manifest for the gym."""
+
+    url: str
+    manifest: Path
+    process: subprocess.Popen[bytes]
+
+
+# nemo-gym 0.4.0's example_session_state_mgmt: a counter kept per NeMo Gym session (its cookie), tools
+# `increment_counter` and `get_counter_value`, reward 1 when the count equals the row's `expected_count`.
+SESSION_STATE = "resources_servers.example_session_state_mgmt.app"
+
+
+@pytest.fixture
+def nemo_resources(tmp_path: Path) -> Iterator[NemoResources]:
+    port = free_port()
+    log = (tmp_path / "resources.log").open("wb")
+    target = f"{SESSION_STATE}:StatefulCounterResourcesServer"
+    args = [sys.executable, str(HERE / "serve_resources.py"), target, str(port)]
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=HERE)
+    deadline = time.monotonic() + 60
+    while not _listening(port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(
+                f"the resources server did not start:\n{(tmp_path / 'resources.log').read_text()}"
+            )
+        time.sleep(0.1)
+    rows = Path(importlib.import_module(SESSION_STATE).__file__ or "").parent / "data" / "example.jsonl"
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "name": "session_state",
+                "description": "nemo-gym 0.4.0's example_session_state_mgmt resources server",
+                "server": {"url": f"http://127.0.0.1:{port}", "timeout_s": 10},
+                "splits": {"example": str(rows)},
+            }
+        )
+    )
+    yield NemoResources(f"http://127.0.0.1:{port}", manifest, process)
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=20)

@@ -1,4 +1,4 @@
-"""Serve one of nemo-gym's resources servers as its own process: `python serve_resources.py MODULE:CLASS PORT`.
+"""One of nemo-gym's resources servers as its own process: `python serve_resources.py MODULE:CLASS PORT`.
 
 What NeMo Gym's `run_webserver` does for a resources server, without the parts that need its head server
 and a Ray cluster (neither is used by the servers run here): build the server from its config class,
