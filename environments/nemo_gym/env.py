@@ -26,6 +26,7 @@ from gym_server import Environment, VerifyResult
 from gym_server.environments.nemo_gym.manifest import NemoGymManifest, load_manifest
 from gym_server.environments.nemo_gym.rows import RowsDataset, openai_tools, verify_request
 from gym_server.errors import BackendUnavailable
+from gym_server.protocols.nemo_gym.wire import FAILURE_KEY
 from gym_server.sdk.messages import tool_message
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
 
@@ -35,7 +36,9 @@ log = logging.getLogger(__name__)
 
 MANIFESTS_VARIABLE = "GYM_NEMO_GYM_MANIFESTS"
 _SHOWN_BODY = 500  # characters of an error body shown in a refusal
-_VERIFY_ECHOED = frozenset({"responses_create_params", "response", "reward", "reward_components"})
+_VERIFY_ECHOED = frozenset(
+    {"responses_create_params", "response", "reward", "reward_components", FAILURE_KEY}
+)
 
 
 class NemoGymResourcesEnv(Environment):
@@ -129,7 +132,13 @@ class NemoGymResourcesEnv(Environment):
         components = answer.get("reward_components") or {}
         # What the server adds beyond the request and the reward (e.g. an extracted answer) is kept as info.
         info = {key: value for key, value in answer.items() if key not in _VERIFY_ECHOED}
-        return VerifyResult(reward=float(answer["reward"]), components=components, info=info)
+        failure = answer.get(FAILURE_KEY)  # newer servers mark a score not to train on (judge_failed)
+        return VerifyResult(
+            reward=float(answer["reward"]),
+            components=components,
+            info=info,
+            failure=str(failure) if failure is not None else None,
+        )
 
     async def close(self) -> None:
         await self.http.aclose()

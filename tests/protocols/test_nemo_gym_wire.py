@@ -86,3 +86,5 @@ def test_the_verify_answer_is_the_request_plus_the_reward() -> None:
         "gym_failure": None,
         "gym_verify_info": {"k": "v"},
     }
+    failed = VerifyResult(reward=0.0, failure="judge_failed")
+    assert orjson.loads(wire.verify_body(request, failed, "sid"))["_ng_failure_class"] == "judge_failed"

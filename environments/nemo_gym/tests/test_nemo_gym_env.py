@@ -76,7 +76,7 @@ def test_tools_and_prompts_in_the_gyms_terms() -> None:
 
 
 def test_the_transcript_is_the_responses_output_verify_reads() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "add 1"},
         {
             "role": "assistant",

@@ -23,6 +23,7 @@ from gym_server.sdk.environment import VerifyResult
 
 __all__ = [
     "COOKIE",
+    "FAILURE_KEY",
     "RESERVED_ROUTES",
     "SeedParams",
     "assistant_tool_call",
@@ -42,6 +43,9 @@ __all__ = [
 # episode sets it again. Its value is the gym session id itself: nothing maps one to the other, so no
 # table can outlive the gym's session (TTL, reaper, close).
 COOKIE: Final = "gym_server_nemo_gym"
+
+# The verify answer's failure class in newer NeMo Gym (0.5+: `judge_failsafe` sets `judge_failed`).
+FAILURE_KEY: Final = "_ng_failure_class"
 
 # The routes of a resources server that are not tools (NeMo Gym reserves the same names for tools).
 RESERVED_ROUTES: Final = frozenset({"seed_session", "verify", "aggregate_metrics"})
@@ -174,7 +178,7 @@ def final_answer(response: Any) -> str | None:
 def verify_body(request: dict[str, Any], result: VerifyResult, session_id: str) -> bytes:
     """`/verify`'s answer: the request's fields plus `reward`, as `BaseVerifyResponse` extends
     `BaseVerifyRequest`; the verifier's components as `reward_components` (the newer protocol's
-    multi-reward field), and where to find the stored trajectory."""
+    multi-reward field), the failure class if any, and where to find the stored trajectory."""
     answer = {
         **request,
         "reward": result.reward,
@@ -183,6 +187,9 @@ def verify_body(request: dict[str, Any], result: VerifyResult, session_id: str) 
         "gym_failure": result.failure,
         "gym_verify_info": dict(result.info),
     }
+    if result.failure is not None:
+        # Where newer NeMo Gym (0.5+) marks a score not to train on (e.g. `judge_failed`).
+        answer[FAILURE_KEY] = result.failure
     return jsontext.dumps(answer, default=str)
 
 
