@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from gym_server import jsontext
-from gym_server.api.asgi import read_body
+from gym_server.api.asgi import read_body, send_json
 from gym_server.errors import GymError, SessionNotFound
 from gym_server.protocols.nemo_gym import wire
 from gym_server.sdk.messages import Message
@@ -54,10 +54,10 @@ class NemoGymEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager: SessionManager | None = getattr(scope["app"].state, "manager", None)
         if manager is None:  # the app's lifespan has not started (or has ended)
-            await _send(send, 503, wire.error_body("the gym is not running"), [])
+            await send_json(send, 503, wire.error_body("the gym is not running"), [])
             return
         if scope["method"] != "POST":
-            await _send(send, 405, wire.error_body("Method Not Allowed"), [(b"allow", b"POST")])
+            await send_json(send, 405, wire.error_body("Method Not Allowed"), [(b"allow", b"POST")])
             return
         try:
             raw = await read_body(receive)
@@ -86,7 +86,7 @@ class NemoGymEndpoint:
             # Every answer on a live episode (errors too) sets the cookie again: NeMo Gym's agents send
             # the next call with the cookies of the last answer only.
             headers.append(wire.cookie_header(session.id, session.ttl_s))
-        await _send(send, status, body, headers)
+        await send_json(send, status, body, headers)
 
 
 def _session(manager: SessionManager, env: str, scope: Scope) -> LiveSession:
@@ -173,18 +173,3 @@ async def _verify(manager: SessionManager, session: LiveSession, raw: bytes) -> 
     result = await manager.verify(session.id)
     await manager.close(session.id)  # a rollout ends at verify: stored and committed before the 200
     return 200, wire.verify_body(body, result, session.id), []
-
-
-async def _send(send: Send, status: int, body: bytes, headers: Headers) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
