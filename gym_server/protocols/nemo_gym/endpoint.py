@@ -42,11 +42,11 @@ class _Answer(Exception):
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(status)
         self.status, self.body = status, body
-        self.headers: Headers = []
 
 
 class NemoGymEndpoint:
-    """The ASGI app of the route; finds the running `SessionManager` on `app.state.manager`."""
+    """Answers one request of a NeMo Gym path (`NemoGymRoutes` puts `env` and `route` in the scope's
+    `path_params`); finds the running `SessionManager` on `app.state.manager`."""
 
     def __repr__(self) -> str:
         return "NemoGymEndpoint()"
@@ -78,7 +78,7 @@ class NemoGymEndpoint:
                 else:
                     status, body, headers = await _tool(manager, session, route, raw)
         except _Answer as answer:
-            status, body, headers = answer.status, answer.body, answer.headers
+            status, body, headers = answer.status, answer.body, []
         except GymError as exc:
             headers = [(name.lower().encode(), value.encode()) for name, value in exc.headers.items()]
             status, body = exc.status, wire.error_body(exc.detail)
