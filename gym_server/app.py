@@ -19,6 +19,7 @@ from gym_server.api.media_type import JsonBodyMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
 from gym_server.errors import SandboxUnavailable
 from gym_server.protocols import mcp as mcp_facade
+from gym_server.protocols import openenv as openenv_facade
 from gym_server.rollout_runs import RolloutRunBoard
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
@@ -102,4 +103,5 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
+    openenv_facade.mount(app)  # /v1/environments/{env}/openenv/{ws,reset,step,state}
     return app
