@@ -100,8 +100,9 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(JsonBodyMiddleware)  # outermost: a body that is not JSON is never read
+    # Before the catalog's GET /v1/environments/{env:path}, which would take .../openenv/state for an env.
+    openenv_facade.mount(app)  # /v1/environments/{env}/openenv/{ws,reset,step,state}
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
-    openenv_facade.mount(app)  # /v1/environments/{env}/openenv/{ws,reset,step,state}
     return app

@@ -27,7 +27,7 @@ from gym_server.sessions.manager import SessionManager
 
 __all__ = ["OPENENV_HTTP_PREFIX", "StepBody", "router"]
 
-OPENENV_HTTP_PREFIX = "/v1/environments/{env}/openenv"
+OPENENV_HTTP_PREFIX = "/v1/environments/{env:path}/openenv"  # a family member's name holds a slash
 
 router = APIRouter(prefix=OPENENV_HTTP_PREFIX, tags=["openenv"], route_class=StrictJsonRoute)
 

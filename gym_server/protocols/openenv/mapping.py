@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gym_server.errors import AtCapacity, GymError
 from gym_server.protocols.mcp.mapping import is_tool_error, mcp_tool, problem_data
@@ -101,6 +101,13 @@ class SendMessage(BaseModel):
     type: Literal["message"]
     message: Message
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("message")
+    @classmethod
+    def _assistant_only(cls, message: Message) -> Message:
+        if message.role != "assistant":  # as the native step refuses it (422)
+            raise ValueError(f"a step takes the assistant's message, got role {message.role!r}")
+        return message
 
 
 Action = Annotated[CallTool | ListTools | SendMessage, Field(discriminator="type")]
