@@ -11,10 +11,11 @@ or a malformed action is answered with OpenEnv's error message and the episode g
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
-from starlette.websockets import WebSocket, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gym_server import jsontext
 from gym_server.errors import GymError
@@ -129,10 +130,10 @@ async def openenv_websocket(websocket: WebSocket) -> None:
             await connection.end()
         except GymError as exc:
             log.warning("OpenEnv connection ended; its episode's close is not committed: %s", exc.detail)
-        if websocket.application_state == WebSocketState.CONNECTED and (
-            websocket.client_state == WebSocketState.CONNECTED
-        ):
-            await websocket.close()
+        if websocket.application_state == WebSocketState.CONNECTED:
+            # The client may be gone already (it sent `close` and hung up, or dropped the connection).
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await websocket.close()
 
 
 def _dumps(answer: dict[str, Any]) -> str:
