@@ -98,10 +98,11 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
     app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
+    # /v1/environments/{env}/openenv/{ws,reset,step,state} and its step's fast path, inside the body
+    # limit too; its routes before the catalog's GET /v1/environments/{env:path}, which would take them.
+    openenv_facade.mount(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(JsonBodyMiddleware)  # outermost: a body that is not JSON is never read
-    # Before the catalog's GET /v1/environments/{env:path}, which would take .../openenv/state for an env.
-    openenv_facade.mount(app)  # /v1/environments/{env}/openenv/{ws,reset,step,state}
     for module in (environments, sessions, verify, rollout_runs, rollouts, health):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only

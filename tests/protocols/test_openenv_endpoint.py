@@ -235,3 +235,21 @@ def test_http_reset_step_state_play_an_episode_closed_and_stored_when_done(tmp_p
             == 422
         )
         assert client.post(f"{HTTP}/reset", json={"bogus": 1}).status_code == 422
+
+
+def test_http_step_obeys_the_body_limit_media_type_and_the_native_tool_call_checks(tmp_path: Path) -> None:
+    with gym(tmp_path, limits={"max_body_bytes": 2048}) as client:
+        opened = client.post(f"{HTTP}/reset", json={"task_id": "counter-0000"})
+        session_id = opened.json()["observation"]["metadata"][EPISODE]["session_id"]
+        big = {"episode_id": session_id, "action": call("add", amount=1, pad="x" * 4000)}
+        assert client.post(f"{HTTP}/step", json=big).status_code == 413
+        plain = client.post(f"{HTTP}/step", content=b"{}", headers={"content-type": "text/plain"})
+        assert plain.status_code == 415
+        # A name the native step refuses (it cannot be stored as UTF-8): 422, nothing stored.
+        body = json.dumps({"episode_id": session_id, "action": call("\ud800")})  # escaped: valid JSON text
+        surrogate = client.post(f"{HTTP}/step", content=body, headers={"content-type": "application/json"})
+        assert surrogate.status_code == 422, surrogate.text
+        assert client.get(f"{HTTP}/state", params={"episode_id": session_id}).json()["step_count"] == 0
+        ok = client.post(f"{HTTP}/step", json={"episode_id": session_id, "action": call("read")})
+        assert ok.status_code == 200
+        assert ok.json()["observation"]["result"]["data"].isdigit()

@@ -38,14 +38,17 @@ async def open_episode(
     )
 
 
-async def act(manager: SessionManager, session_id: str, action: Any) -> dict[str, Any]:
-    """Apply one OpenEnv action to the live session; returns OpenEnv's reset/step answer.
+async def act(
+    manager: SessionManager,
+    session_id: str,
+    parsed: mapping.CallTool | mapping.ListTools | mapping.SendMessage,
+) -> dict[str, Any]:
+    """Apply one parsed OpenEnv action to the live session; returns OpenEnv's step answer.
 
     Raises:
-        mapping.ActionError: a malformed action (nothing reaches the environment, nothing is stored).
+        mapping.ActionError: a tool call the native step would refuse (nothing is stored).
         GymError: the session is unknown, finished or expired, or the step was refused (as natively).
     """
-    parsed = mapping.parse_action(action)
     if isinstance(parsed, mapping.ListTools):
         return mapping.list_tools_result(manager.get(session_id))
     if isinstance(parsed, mapping.SendMessage):

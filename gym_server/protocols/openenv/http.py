@@ -25,7 +25,7 @@ from gym_server.protocols.openenv import mapping
 from gym_server.protocols.openenv.episodes import act, open_episode
 from gym_server.sessions.manager import SessionManager
 
-__all__ = ["OPENENV_HTTP_PREFIX", "StepBody", "router"]
+__all__ = ["OPENENV_HTTP_PREFIX", "StepBody", "router", "step_answer"]
 
 OPENENV_HTTP_PREFIX = "/v1/environments/{env:path}/openenv"  # a family member's name holds a slash
 
@@ -37,7 +37,7 @@ class StepBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: dict[str, Any]
+    action: mapping.Action
     episode_id: str = Field(max_length=64)
     timeout_s: float | None = Field(None, gt=0)
     request_id: str | None = Field(None, max_length=255)
@@ -53,8 +53,8 @@ def _manager(request: Request) -> SessionManager:
 
 
 def _invalid(exc: mapping.ActionError) -> RequestValidationError:
-    """A malformed action as FastAPI's 422: pydantic's errors located in the body's `action`."""
-    errors = [{**error, "loc": ["body", *error["loc"]]} for error in exc.errors]
+    """A tool call the native step refuses, as FastAPI's 422: pydantic's errors in the body's `action`."""
+    errors = [{**error, "loc": ["body", "action", *error["loc"]]} for error in exc.errors]
     return RequestValidationError(
         errors or [{"type": "value_error", "loc": ["body", "action"], "msg": exc.message}]
     )
@@ -63,22 +63,27 @@ def _invalid(exc: mapping.ActionError) -> RequestValidationError:
 @router.post("/reset", summary="OpenEnv reset: open an episode (body: seed, episode_id, task_id, split, run)")
 async def reset(env: str, request: Request) -> Response:
     raw = await request.body()
-    try:
-        data = jsontext.loads_strict(raw) if raw else None
-    except ValueError as exc:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ["body"], "msg": str(exc)}]) from None
-    try:
-        params = mapping.parse_reset(data)
-    except mapping.ActionError as exc:
-        raise RequestValidationError([{**e, "loc": ["body", *e["loc"]]} for e in exc.errors]) from None
+    params = (
+        parse_body(raw, mapping.ResetParams) if raw else mapping.ResetParams()
+    )  # OpenEnv's body is optional
     session = await open_episode(_manager(request), env, params, "http")
     return _json(mapping.reset_result(session, "http"))
 
 
 @router.post("/step", summary="OpenEnv step: one action on the episode named by episode_id")
 async def step(env: str, request: Request) -> Response:
-    body = parse_body(await request.body(), StepBody)
-    manager = _manager(request)
+    """The documented form of the route; `OpenEnvStepFastPath` serves the requests it accepts as is."""
+    answer = await step_answer(_manager(request), env, parse_body(await request.body(), StepBody))
+    return Response(answer, media_type="application/json")
+
+
+async def step_answer(manager: SessionManager, env: str, body: StepBody) -> bytes:
+    """OpenEnv's step answer, as JSON; the step that ends the episode closes it first.
+
+    Raises:
+        RequestValidationError: a tool call the native step refuses (422, nothing stored).
+        GymError: as the native step (404, 409, 410, ...).
+    """
     _check_env(manager, body.episode_id, env)
     try:
         answer = await act(manager, body.episode_id, body.action)
@@ -86,7 +91,7 @@ async def step(env: str, request: Request) -> Response:
         raise _invalid(exc) from None
     if answer["done"]:
         await manager.close(body.episode_id)  # finished: stored now, not at the TTL
-    return _json(answer)
+    return jsontext.dumps(answer, default=str)
 
 
 @router.get("/state", summary="OpenEnv state of the episode named by episode_id")

@@ -62,7 +62,8 @@ class Connection:
             if kind == "step":
                 if "data" not in message:
                     return _error("a step message carries its action in 'data'", mapping.VALIDATION_ERROR)
-                return {"type": "observation", "data": await act(self.manager, self._live(), message["data"])}
+                action = mapping.parse_action(message["data"])
+                return {"type": "observation", "data": await act(self.manager, self._live(), action)}
             if kind == "state":
                 return {"type": "state", "data": mapping.state(self.manager.get(self._live()))}
             if kind == "close":
