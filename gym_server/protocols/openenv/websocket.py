@@ -126,6 +126,8 @@ async def openenv_websocket(websocket: WebSocket) -> None:
             if answer is None:
                 break
             await websocket.send_text(_dumps(answer))
+    except WebSocketDisconnect:
+        pass  # the client left while its answer was being sent: its episode is closed below
     finally:
         try:
             await connection.end()
