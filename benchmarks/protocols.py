@@ -68,6 +68,12 @@ class Level:
     def rate(self) -> float:
         return len(self.steps) / self.seconds
 
+    @property
+    def per_server_core(self) -> float:
+        """Steps per second of server CPU: the rate with the core to itself, barely moved by neighbours."""
+        busy = self.server_cpu * self.seconds
+        return len(self.steps) / busy if busy else float("nan")
+
     def p(self, q: float) -> float:
         return percentile(sorted(self.steps), q) * 1e3
 
@@ -160,6 +166,8 @@ def print_results(levels: list[Level], machine: dict[str, str], pinned: bool, lo
         "clients",
         "steps/s",
         "vs native",
+        "steps/server-core-s",
+        "vs native",
         "p50 ms",
         "p99 ms",
         "episodes",
@@ -168,15 +176,18 @@ def print_results(levels: list[Level], machine: dict[str, str], pinned: bool, lo
         "errors",
     ):
         table.add_column(column, justify="left" if column in ("path", "errors") else "right")
-    native = {level.clients: level.rate for level in levels if level.path == PATHS[0].name}
+    native = {level.clients: level for level in levels if level.path == PATHS[0].name}
     for level in levels:
-        base = native.get(level.clients) or float("nan")
+        base = native.get(level.clients)
+        rate, per_core = (base.rate, base.per_server_core) if base else (float("nan"), float("nan"))
         errors = ", ".join(f"{n} x {kind}" for kind, n in level.errors.most_common()) or "0"
         table.add_row(
             level.path,
             str(level.clients),
             f"{level.rate:,.0f}",
-            f"{level.rate / base:.2f}",
+            f"{level.rate / rate:.2f}",
+            f"{level.per_server_core:,.0f}",
+            f"{level.per_server_core / per_core:.2f}",
             f"{level.p(50):.2f}",
             f"{level.p(99):.2f}",
             f"{level.episodes:,}",
