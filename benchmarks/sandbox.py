@@ -42,7 +42,7 @@ from rich.table import Table
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox._host import orphan_reaper
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
-from gym_server.sandbox.docker import DockerBackend
+from gym_server.sandbox.docker import LABEL_SERVER, DockerBackend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, SandboxBackend
 
@@ -209,11 +209,19 @@ async def faults(
 
 
 def leftovers(backend: SandboxBackend) -> list[str]:
+    """What the backend left behind once closed; the Docker engine is asked through a client of our own
+    because `aclose()` has already closed the backend's."""
     found: list[str] = []
     if isinstance(backend, DockerBackend):
-        containers = backend.api.containers(
-            all=True, filters={"label": f"gym-server.server={backend.server_name}"}
-        )
+        import docker
+
+        client = docker.from_env(timeout=30)
+        try:
+            containers = client.api.containers(
+                all=True, filters={"label": f"{LABEL_SERVER}={backend.server_name}"}
+            )
+        finally:
+            client.close()
         found += [f"container {c['Id'][:12]}" for c in containers]
     if isinstance(backend, BubblewrapBackend):
         low, high = backend.UID_BASE, backend.UID_BASE + backend.UID_SPAN

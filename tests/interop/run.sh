@@ -31,7 +31,7 @@ for peer in "${peers[@]}"; do
         "$venv/bin/python" -m pip install -q -r "$dir/requirements.txt"
         cp "$dir/requirements.txt" "$venv/requirements.txt"  # the stamp: rebuilt when the pins change
     fi
-    extras=$(tr -d '[:space:]' < "$dir/gym-extras" 2>/dev/null || true)
+    extras=$( { tr -d '[:space:]' < "$dir/gym-extras"; } 2>/dev/null || true)  # no file: no extras
     "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"
     echo "== $peer: tests"
     GYM_INTEROP_PYTHON=$(command -v "$PYTHON") "$venv/bin/python" -m pytest -c "$dir/pytest.ini" "$dir" || status=1

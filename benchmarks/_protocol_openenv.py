@@ -1,0 +1,102 @@
+"""The OpenEnv paths of `protocols.py`: the gym's OpenEnv facade (`/v1/environments/counter/openenv`)
+spoken as openenv-core 0.3.0's clients speak it, with the load generator's own lean clients (the real
+openenv-core client is proven in tests/interop/openenv; here the client must cost less than the server).
+
+- WebSocket: one connection per client for the whole run, as an `EnvClient` holds one; each episode is
+  `{"type": "reset"}` then K `{"type": "step"}` frames; the next reset closes the finished episode.
+- HTTP: `POST .../reset`, then K `POST .../step` naming the episode; the final step closes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from _loadgen import HttpConnection
+from _protocol_path import ProtocolPath, UnexpectedAnswer, task_id
+from websockets.asyncio.client import ClientConnection, connect
+
+__all__ = ["PATHS", "OpenEnvHttpClient", "OpenEnvWsClient"]
+
+PREFIX = "/v1/environments/counter/openenv"
+_ADD: dict[str, Any] = {"type": "call_tool", "tool_name": "add", "arguments": {"amount": 1}}
+_SUBMIT: dict[str, Any] = {"type": "call_tool", "tool_name": "submit", "arguments": {}}
+
+
+class OpenEnvWsClient:
+    """OpenEnv's WebSocket session (`/ws`), one text frame per request, as `EnvClient` sends them."""
+
+    _ADD_FRAME = orjson.dumps({"type": "step", "data": _ADD}).decode()
+    _SUBMIT_FRAME = orjson.dumps({"type": "step", "data": _SUBMIT}).decode()
+
+    def __init__(self, host: str, port: int) -> None:
+        self.url = f"ws://{host}:{port}{PREFIX}/ws"
+        self.ws: ClientConnection | None = None
+
+    async def connect(self) -> None:
+        self.ws = await connect(self.url, open_timeout=30, max_size=None, compression=None)
+
+    async def _ask(self, frame: str) -> str | bytes:
+        assert self.ws is not None
+        await self.ws.send(frame)
+        answer = await self.ws.recv()
+        if not answer.startswith('{"type":"observation"' if isinstance(answer, str) else b'{"type":"obs'):
+            raise UnexpectedAnswer(str(answer[:120]))
+        return answer
+
+    async def begin(self, index: int) -> None:
+        data = {"task_id": task_id(index), "seed": index}
+        await self._ask(orjson.dumps({"type": "reset", "data": data}).decode())
+
+    async def step(self, last: bool) -> None:
+        await self._ask(self._SUBMIT_FRAME if last else self._ADD_FRAME)
+
+    async def end(self) -> None:
+        """Nothing to send: the next reset (or the close at the end) closes the finished episode."""
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.send('{"type":"close"}')
+            await self.ws.close()
+            self.ws = None
+
+
+class OpenEnvHttpClient:
+    """OpenEnv's HTTP `/reset` and `/step` (with `episode_id`) over one keep-alive connection."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.conn = HttpConnection(host, port, timeout_s=30.0)
+        self._add = self._submit = b""
+
+    async def connect(self) -> None:
+        await self.conn.connect()
+
+    async def begin(self, index: int) -> None:
+        body = orjson.dumps({"task_id": task_id(index), "seed": index})
+        opened = await self.conn.send(self.conn.render("POST", f"{PREFIX}/reset", body))
+        if opened.status != 200:
+            raise UnexpectedAnswer(f"reset: {opened.status}")
+        episode = opened.json()["observation"]["metadata"]["gym-server/episode"]["session_id"]
+        self._add = self.conn.render(
+            "POST", f"{PREFIX}/step", orjson.dumps({"action": _ADD, "episode_id": episode})
+        )
+        self._submit = self.conn.render(
+            "POST", f"{PREFIX}/step", orjson.dumps({"action": _SUBMIT, "episode_id": episode})
+        )
+
+    async def step(self, last: bool) -> None:
+        answer = await self.conn.send(self._submit if last else self._add)
+        if answer.status != 200:
+            raise UnexpectedAnswer(f"step: {answer.status}")
+
+    async def end(self) -> None:
+        """Nothing to send: the final step closed the episode."""
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+PATHS = [
+    ProtocolPath("OpenEnv WebSocket facade", "reset, K step frames on one connection", OpenEnvWsClient),
+    ProtocolPath("OpenEnv HTTP facade", "POST reset, K POST step (episode_id)", OpenEnvHttpClient),
+]
