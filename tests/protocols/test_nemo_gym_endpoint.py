@@ -58,7 +58,7 @@ async def gym(tmp_path: Path) -> Any:
 
 async def test_an_episode_is_played_and_scored_and_stored_like_a_native_one(gym: AppHarness) -> None:
     rollout = Rollout(gym.client)
-    opening = await rollout.seed(task_id="counter-0000", seed=0)
+    opening = await rollout.seed(task_id="counter-0000", seed=0, run="nemo-run-1")
     assert (opening["env"], opening["task_id"], opening["seed"]) == ("counter", "counter-0000", 0)
     assert "Bring the counter to 26" in opening["messages"][-1]["content"]
     assert [tool["function"]["name"] for tool in opening["tools"]] == ["read", "add", "submit"]
@@ -84,6 +84,7 @@ async def test_an_episode_is_played_and_scored_and_stored_like_a_native_one(gym:
     stored = (await gym.client.get(f"/v1/rollouts/{rollout.session_id}")).json()
     assert (stored["status"], stored["reward"], stored["num_turns"]) == ("completed", 1.0, 3)
     assert stored["metadata"] == {"protocol": "nemo-gym"} and stored["env_version"] == opening["env_version"]
+    assert (stored["run"], stored["task_id"], stored["seed"]) == ("nemo-run-1", "counter-0000", 0)
     calls = [m["tool_calls"][0]["function"] for m in stored["messages"] if m["role"] == "assistant"]
     assert calls == [
         {"name": "read", "arguments": "{}"},
