@@ -19,6 +19,7 @@ from gym_server.api.media_type import JsonBodyMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
 from gym_server.errors import SandboxUnavailable
 from gym_server.protocols import mcp as mcp_facade
+from gym_server.protocols import nemo_gym as nemo_gym_facade
 from gym_server.protocols import openenv as openenv_facade
 from gym_server.rollout_runs import RolloutRunBoard
 from gym_server.sandbox import runtime as sandbox_runtime
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.settings = settings
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
+    nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}, inside every check below
     app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
     # /v1/environments/{env}/openenv/{ws,reset,step,state} and its step's fast path, inside the body
     # limit too; its routes before the catalog's GET /v1/environments/{env:path}, which would take them.

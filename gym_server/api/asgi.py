@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from starlette.requests import ClientDisconnect
-from starlette.types import Message, Receive, Scope
+from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["has_json_content_type", "read_body", "replay_body"]
+__all__ = ["has_json_content_type", "read_body", "replay_body", "send_json"]
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -40,3 +40,19 @@ def replay_body(body: bytes, receive: Receive) -> Receive:
 def has_json_content_type(scope: Scope) -> bool:
     """Whether the request says `Content-Type: application/json`, exactly (what JSON clients send)."""
     return any(name == b"content-type" and value == b"application/json" for name, value in scope["headers"])
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer with a JSON `body` already encoded, and extra `headers`, straight from the ASGI messages."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -204,6 +204,10 @@ class SessionManager:
             ) from exc
         return instance
 
+    def is_live(self, session_id: str) -> bool:
+        """Whether `session_id` is a live session (no expiry check: the reaper's or a step's job)."""
+        return session_id in self._live
+
     def get(self, session_id: str) -> LiveSession:
         """The live session, or 404 (never seen) / 410 (closed or expired)."""
         session = self._live.get(session_id)

@@ -28,7 +28,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from gym_server.api.asgi import read_body, replay_body
+from gym_server.api.asgi import read_body, replay_body, send_json
 from gym_server.errors import GymError, InvalidRequest, NotFoundError
 from gym_server.protocols.mcp import mapping
 from gym_server.protocols.mcp.server import SCOPE_KEY, Binding, Episodes, build_server
@@ -196,24 +196,9 @@ def _query_pairs(scope: Scope) -> list[tuple[str, str]]:
 
 async def _send_gym_error(send: Send, exc: GymError, request_id: str | int | None) -> None:
     headers = [(name.lower().encode(), value.encode()) for name, value in exc.headers.items()]
-    await _send(send, exc.status, mapping.jsonrpc_error_body(exc, request_id), headers)
+    await send_json(send, exc.status, mapping.jsonrpc_error_body(exc, request_id), headers)
 
 
 async def _send_error(send: Send, status: int, code: int, message: str, request_id: str | int | None) -> None:
     body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-    await _send(send, status, orjson.dumps(body), [])
-
-
-async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, status, orjson.dumps(body), [])
