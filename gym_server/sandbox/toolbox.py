@@ -22,14 +22,25 @@ TOOLS_MOUNT: Final = "/opt/gym-tools"
 def check_tools_dir(path: Path | None) -> Path | None:
     """The folder as an absolute, resolved path (None stays None).
 
+    Sandboxes run as uids of their own, so the folder must be readable, and its parents passable, by
+    every user; otherwise each sandbox would fail to start with a mount error naming no cause.
+
     Raises:
-        ValueError: the path is not an existing folder.
+        ValueError: the path is not an existing folder, or other users cannot reach it.
     """
     if path is None:
         return None
     resolved = path.expanduser().resolve()
     if not resolved.is_dir():
         raise ValueError(f"the sandbox tools folder {str(path)!r} is not an existing folder")
+    if resolved.stat().st_mode & 0o005 != 0o005:
+        raise ValueError(f"the sandbox tools folder {str(resolved)!r} must be readable by all (chmod o+rx)")
+    for parent in resolved.parents:
+        if not parent.stat().st_mode & 0o001:
+            raise ValueError(
+                f"the sandbox tools folder {str(resolved)!r} is below {str(parent)!r}, which other users "
+                "cannot pass (chmod o+x, or choose another folder)"
+            )
     return resolved
 
 
