@@ -29,7 +29,7 @@ from gym_server.environments.mcp_tools.manifest import McpManifest, load_manifes
 from gym_server.errors import SandboxUnavailable
 from gym_server.extras import EXTRA_OF_MODULE, MissingExtra
 from gym_server.protocols.mcp.mapping import openai_function
-from gym_server.sandbox.protocol import Limits, SpawnedProcess
+from gym_server.sandbox.protocol import Limits, SpawnedProcess, describe
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.messages import tool_message
@@ -115,7 +115,10 @@ class McpToolsEnv(Environment):
         try:
             await self.connection.start(server.startup_timeout_s)
         except McpServerGone as exc:
-            raise SandboxUnavailable(f"environment {self.name!r}: {exc}") from exc
+            raise SandboxUnavailable(
+                f"environment {self.name!r}: {exc}. Its command ({describe(server.command)}) runs in the "
+                "sandbox: is the server installed where sandboxes see it (GYM_SANDBOX__TOOLS_DIR)?"
+            ) from exc
         for definition in self.connection.tools:
             name = str(definition.get("name", ""))
             if name in self.tool_specs or not TOOL_NAME.match(name):

@@ -177,6 +177,24 @@ def test_the_ttl_kills_the_server_and_stores_the_episode(gym: httpx.Client) -> N
     assert row["failure"] == "expired"
 
 
+def test_a_server_that_cannot_start_refuses_the_session_naming_why(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    server = server_factory(f"sqlite:///{tmp_path / 'gym.db'}", GYM_SANDBOX__BACKEND="bubblewrap")
+    server.start()  # no tools folder: the sandbox has no mcp_server_time to run
+    before = server_pids()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            refused = client.post("/v1/sessions", json={"env": ENV, "task_id": "mcp-time-00000"})
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            assert "GYM_SANDBOX__TOOLS_DIR" in refused.json()["detail"]
+            assert client.get("/readyz").status_code == 200  # the server itself is fine
+    finally:
+        server.stop()
+    assert not server_pids() - before
+
+
 def test_answers_hold_on_any_date() -> None:
     """The tasks use zones without daylight saving time, so the server's 'today' cannot change them."""
     for row in mcp_environment(MANIFEST).dataset().tasks():
