@@ -34,8 +34,8 @@ async def _verify(case: dict[str, Any]) -> Any:
     env = TIME(task, 0)
     env.messages = [{"role": "user", "content": str(task.prompt)}]
     if "submitted" in case:
-        call = {"id": "s", "type": "function", "function": {"name": "submit_answer"}}
-        call["function"]["arguments"] = json.dumps({"answer": case["submitted"]})
+        arguments = json.dumps({"answer": case["submitted"]})
+        call = {"id": "s", "type": "function", "function": {"name": "submit_answer", "arguments": arguments}}
         replies = await env.run_tool_calls([call], tool_timeout_s=5, max_tool_calls=4)
         assert replies[0]["content"] == "Answer recorded."
     else:
