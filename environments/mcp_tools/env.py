@@ -32,7 +32,6 @@ from gym_server.protocols.mcp.mapping import openai_function
 from gym_server.sandbox.protocol import Limits, SpawnedProcess, describe
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
-from gym_server.sdk.messages import tool_message
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import TOOL_NAME, tool
@@ -133,26 +132,9 @@ class McpToolsEnv(Environment):
     def tools(self) -> list[dict[str, Any]]:
         return [openai_function(definition) for definition in self.mcp_tools.values()] + super().tools()
 
-    async def run_tool_calls(
-        self, calls: list[dict[str, Any]], *, tool_timeout_s: float, max_tool_calls: int
-    ) -> list[dict[str, Any]]:
-        """MCP tools go to the server; `submit_answer`, unknown names and calls past the cap go to the SDK."""
-        replies: list[dict[str, Any]] = []
-        for index, call in enumerate(calls):
-            function = call.get("function") or {}
-            name = str(function.get("name", ""))
-            if index < max_tool_calls and name in self.mcp_tools:
-                text = await self._forward(name, function.get("arguments", "{}"))
-                replies.append(tool_message(str(call["id"]), name, text))
-            elif name in self.tool_specs or index >= max_tool_calls:
-                replies += await super().run_tool_calls(
-                    [call], tool_timeout_s=tool_timeout_s, max_tool_calls=max_tool_calls - index
-                )
-            else:
-                known = ", ".join(sorted([*self.mcp_tools, *self.tool_specs]))
-                text = f"Error: unknown tool {name[:80]!r}; available tools: {known}."
-                replies.append(tool_message(str(call["id"]), name[:256], text))
-        return replies
+    async def call_episode_tool(self, name: str, arguments: Any) -> str | None:
+        """The server's tools go to the server (`submit_answer` is the SDK's own `@tool`)."""
+        return await self._forward(name, arguments) if name in self.mcp_tools else None
 
     async def _forward(self, name: str, arguments: Any) -> str:
         """One `tools/call`; never raises: every outcome is the text of a tool message."""
