@@ -1,10 +1,11 @@
-"""One MCP client session with one server process, for the length of an episode.
+"""One MCP client session with one server, for the length of an episode.
 
 The SDK's `ClientSession` lives in an anyio task group, which must be entered and left by the same
 task; an episode's `setup()` and `close()` run in different requests (different tasks). So one
-background task owns the session: it connects, lists the tools, then waits for `close()`; tool calls
-from any task go through the session it opened. When the server process ends, the transport closes
-the read stream and every call waiting on it fails at once; `alive` then turns False.
+background task owns the session: it opens the transport (stdio to a process in the sandbox, or
+streamable HTTP), connects, lists the tools, then waits for `close()`; tool calls from any task go
+through the session it opened. When the server goes away, the transport closes the read stream and
+every call waiting on it fails at once; `alive` then turns False.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
 import mcp_types
 from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
@@ -24,7 +28,7 @@ from gym_server.environments.mcp_tools.transport import sandbox_stdio
 from gym_server.protocols.mcp.mapping import tool_result_text
 from gym_server.sandbox.protocol import SpawnedProcess
 
-__all__ = ["McpConnection", "McpServerGone"]
+__all__ = ["McpConnection", "McpServerGone", "http_streams"]
 
 _MAX_TOOL_PAGES = 32  # tools/list pages followed; a server paging forever is cut off
 
@@ -33,11 +37,31 @@ class McpServerGone(Exception):
     """The server did not start, or stopped answering for good (it exited or broke the protocol)."""
 
 
-class McpConnection:
-    """The client side of one MCP server in a sandbox: `start()`, `call()` as often as needed, `close()`."""
+Streams = AbstractAsyncContextManager[tuple[Any, Any]]
 
-    def __init__(self, process: SpawnedProcess) -> None:
+
+def http_streams(url: str) -> Callable[[], Streams]:
+    """The transport of a server at `url` (streamable HTTP; the session is deleted when it closes)."""
+    return lambda: streamable_http_client(url)
+
+
+class McpConnection:
+    """The client side of one MCP server: `start()`, `call()` as often as needed, `close()`.
+
+    Args:
+        transport: opens the (read, write) streams; `sandbox_stdio` over `process` when None.
+        process: the server's process in the sandbox (stdio servers); its end means the server is gone.
+    """
+
+    def __init__(
+        self, process: SpawnedProcess | None = None, transport: Callable[[], Streams] | None = None
+    ) -> None:
+        if transport is None:
+            if process is None:
+                raise ValueError("a transport or a process is needed")
+            transport = lambda: sandbox_stdio(process)  # noqa: E731 - bound to this process
         self.process = process
+        self.transport = transport
         self.tools: list[dict[str, Any]] = []
         self.server_info: dict[str, Any] = {}
         self._session: ClientSession | None = None
@@ -50,7 +74,8 @@ class McpConnection:
 
     @property
     def alive(self) -> bool:
-        return self.process.alive and self._task is not None and not self._task.done()
+        running = self._task is not None and not self._task.done()
+        return running and (self.process is None or self.process.alive)
 
     async def start(self, timeout_s: float) -> None:
         """Connect, initialize and list the tools (all pages) within `timeout_s`.
@@ -67,7 +92,7 @@ class McpConnection:
 
     async def _run(self) -> None:
         try:
-            async with sandbox_stdio(self.process) as (read, write), ClientSession(read, write) as session:
+            async with self.transport() as (read, write), ClientSession(read, write) as session:
                 initialized = await session.initialize()
                 self.server_info = initialized.server_info.model_dump(mode="json", exclude_none=True)
                 cursor: str | None = None
@@ -101,14 +126,14 @@ class McpConnection:
                 name, arguments, read_timeout_seconds=None if math.isinf(timeout_s) else timeout_s
             )
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED or not self.process.alive:
+            if exc.code == CONNECTION_CLOSED or not self.alive:
                 raise McpServerGone(f"the MCP server exited ({exc.message})") from exc
             if exc.code == REQUEST_TIMEOUT:
                 raise TimeoutError(exc.message) from exc
             # The server's JSON-RPC error (invalid params, unknown tool), as the model reads it.
             return f"Error: {exc.message} (MCP error {exc.code})"
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            raise McpServerGone(f"the MCP server exited ({_describe(exc)})") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+            raise McpServerGone(f"the MCP server is gone ({_describe(exc)})") from exc
         return tool_result_text(result.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
     async def close(self) -> None:

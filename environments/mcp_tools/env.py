@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from gym_server.environments.mcp_tools.manifest import McpManifest, load_manifest
+from gym_server.environments.mcp_tools.manifest import HttpServer, McpManifest, StdioServer, load_manifest
 from gym_server.errors import SandboxUnavailable
 from gym_server.extras import EXTRA_OF_MODULE, MissingExtra
 from gym_server.protocols.mcp.mapping import openai_function
@@ -89,15 +89,41 @@ class McpToolsEnv(Environment):
         self.server_failure: str | None = None
 
     async def setup(self) -> None:
-        """Admit the sandbox, start the server in it and list its tools (the session's tools).
+        """Connect to the server (a stdio server: started in the session's sandbox) and list its tools.
 
         Raises:
             SandboxUnavailable: no sandbox, or the server did not come up (503 naming why).
             SandboxesBusy: no room for another sandbox (429).
         """
-        from gym_server.environments.mcp_tools.connection import McpConnection, McpServerGone
+        from gym_server.environments.mcp_tools.connection import McpConnection, McpServerGone, http_streams
 
         server = self.manifest.server
+        if isinstance(server, HttpServer):
+            self.connection = McpConnection(transport=http_streams(server.url))
+            hint = f"Is the MCP server at {server.url} up?"
+        else:
+            self.connection = McpConnection(await self._spawn(server))
+            hint = (
+                f"Its command ({describe(server.command)}) runs in the sandbox: is the server installed "
+                "where sandboxes see it (GYM_SANDBOX__TOOLS_DIR)?"
+            )
+        try:
+            await self.connection.start(server.startup_timeout_s)
+        except McpServerGone as exc:
+            raise SandboxUnavailable(f"environment {self.name!r}: {exc}. {hint}") from exc
+        for definition in self.connection.tools:
+            name = str(definition.get("name", ""))
+            if name in self.tool_specs or not TOOL_NAME.match(name):
+                log.warning(
+                    "%s: MCP tool %r is not offered (a gym tool's name, or not a function name)",
+                    self.name,
+                    name[:80],
+                )
+                continue
+            self.mcp_tools[name] = definition
+
+    async def _spawn(self, server: StdioServer) -> SpawnedProcess:
+        """Admit the session's sandbox, put the task's files in its work dir and start the server there."""
         limits = Limits(
             memory_mb=server.memory_mb,
             pids=server.pids,
@@ -110,24 +136,7 @@ class McpToolsEnv(Environment):
         for name, text in (self.task.metadata.get("files") or {}).items():
             await sandbox.put_file(name, text)
         self.process = await sandbox.spawn(server.command, env=server.env)
-        self.connection = McpConnection(self.process)
-        try:
-            await self.connection.start(server.startup_timeout_s)
-        except McpServerGone as exc:
-            raise SandboxUnavailable(
-                f"environment {self.name!r}: {exc}. Its command ({describe(server.command)}) runs in the "
-                "sandbox: is the server installed where sandboxes see it (GYM_SANDBOX__TOOLS_DIR)?"
-            ) from exc
-        for definition in self.connection.tools:
-            name = str(definition.get("name", ""))
-            if name in self.tool_specs or not TOOL_NAME.match(name):
-                log.warning(
-                    "%s: MCP tool %r is not offered (a gym tool's name, or not a function name)",
-                    self.name,
-                    name[:80],
-                )
-                continue
-            self.mcp_tools[name] = definition
+        return self.process
 
     def tools(self) -> list[dict[str, Any]]:
         return [openai_function(definition) for definition in self.mcp_tools.values()] + super().tools()
@@ -172,9 +181,11 @@ class McpToolsEnv(Environment):
 
     async def verify(self) -> VerifyResult:
         if self.server_failure is not None:
+            # A sandboxed server's end is the sandbox's failure; a remote one's, the environment's.
+            remote = isinstance(self.manifest.server, HttpServer)
             return VerifyResult(
                 reward=0.0,
-                failure=FailureClass.SANDBOX_ERROR,
+                failure=FailureClass.ENV_ERROR if remote else FailureClass.SANDBOX_ERROR,
                 info={"error": self.server_failure, "tool_calls": self.calls},
             )
         through_tool = self.submitted is not None
@@ -207,6 +218,7 @@ def mcp_environment(manifest_path: Path) -> type[McpToolsEnv]:
         ValueError: the manifest does not validate.
     """
     manifest = load_manifest(manifest_path)
+    beside = manifest_path.parent / manifest.dataset  # a manifest installed outside the gym keeps it here
     namespace: dict[str, Any] = {
         "__module__": __name__,
         "__qualname__": f"McpToolsEnv_{manifest.name.replace('-', '_').replace('.', '_')}",
@@ -216,6 +228,7 @@ def mcp_environment(manifest_path: Path) -> type[McpToolsEnv]:
         "description": manifest.description,
         "max_turns": manifest.max_turns,
         "dataset_name": manifest.dataset,
+        "dataset_dir": beside if beside.is_dir() else None,
         "system_prompt": manifest.system_prompt,
         "verifier_version": content_hash([Path(__file__), manifest_path]),
     }

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["McpManifest", "StdioServer", "VerifierSpec", "load_manifest"]
+__all__ = ["HttpServer", "McpManifest", "StdioServer", "VerifierSpec", "load_manifest"]
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64)]
 
@@ -31,13 +31,34 @@ class StdioServer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    transport: Literal["stdio"] = "stdio"
+    transport: Literal["stdio"]
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     env: dict[str, str] = Field(default_factory=dict)
     memory_mb: int = Field(512, ge=32)
     pids: int = Field(64, ge=4)
     cpus: float = Field(1.0, gt=0)
     disk_mb: int = Field(64, ge=1)
+    startup_timeout_s: float = Field(20.0, gt=0)
+    call_timeout_s: float = Field(10.0, gt=0)
+
+
+class HttpServer(BaseModel):
+    """A running MCP server reached over streamable HTTP: one MCP session per episode, no sandbox.
+
+    The URL is the operator's (manifests are installed code, never a request's), so this is the one way
+    an episode reaches beyond its sandbox. The server's state is its own: episodes are independent only
+    as far as its sessions are (the gym closes each with DELETE at the episode's end).
+
+    Attributes:
+        url: the server's MCP endpoint, `http://` or `https://`.
+        startup_timeout_s: connect, initialize and list the tools within this, or the session is refused.
+        call_timeout_s: one tool call's deadline; past it the model reads a timeout and the episode goes on.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    transport: Literal["streamable-http"]
+    url: Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=2000)]
     startup_timeout_s: float = Field(20.0, gt=0)
     call_timeout_s: float = Field(10.0, gt=0)
 
@@ -63,7 +84,7 @@ class McpManifest(BaseModel):
 
     name: Name
     description: Annotated[str, Field(min_length=1, max_length=500)]
-    server: StdioServer
+    server: Annotated[StdioServer | HttpServer, Field(discriminator="transport")]
     dataset: Name = Field(description="the dataset folder under the gym's datasets/ (train/validation)")
     system_prompt: str | None = None
     max_turns: int = Field(12, ge=1, le=256)

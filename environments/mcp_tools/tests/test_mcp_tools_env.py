@@ -76,8 +76,10 @@ def test_the_family_offers_one_environment_per_manifest() -> None:
 def test_a_broken_manifest_is_refused_naming_the_field(tmp_path: Path) -> None:
     manifest = json.loads((HERE / "time" / "manifest.json").read_text())
     for change, field in (
-        ({"server": {**manifest["server"], "command": []}}, "server.command"),
-        ({"server": {**manifest["server"], "shell": "sh"}}, "server.shell"),
+        ({"server": {**manifest["server"], "command": []}}, "server.stdio.command"),
+        ({"server": {**manifest["server"], "shell": "sh"}}, "server.stdio.shell"),
+        ({"server": {"transport": "streamable-http", "url": "file:///etc"}}, "server.streamable-http.url"),
+        ({"server": {"command": ["python3"]}}, "discriminator 'transport'"),
         ({"name": "Has Spaces"}, "name"),
         ({"verifier": {"kind": "vibes"}}, "verifier.kind"),
     ):
