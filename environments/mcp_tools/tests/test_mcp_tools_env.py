@@ -27,19 +27,18 @@ GOLDEN = [
 
 
 async def _verify(case: dict[str, Any]) -> Any:
-    """Score an ended episode the way the session does: `submit_answer` through the tool engine, or a
-    plain final reply; no server is needed to score."""
+    """Replay a fixture's assistant turns the way a session does (tool calls through the engine, so
+    `submit_answer` is the real tool), then score; no server is started, since scoring needs none."""
     task = TIME.dataset().get(case["task_id"])
     assert task is not None
-    env = TIME(task, 0)
+    env = TIME(task, case["seed"])
     env.messages = [{"role": "user", "content": str(task.prompt)}]
-    if "submitted" in case:
-        arguments = json.dumps({"answer": case["submitted"]})
-        call = {"id": "s", "type": "function", "function": {"name": "submit_answer", "arguments": arguments}}
-        replies = await env.run_tool_calls([call], tool_timeout_s=5, max_tool_calls=4)
-        assert replies[0]["content"] == "Answer recorded."
-    else:
-        env.messages.append({"role": "assistant", "content": case["final_message"]})
+    for message in case["messages"]:
+        env.messages.append(message)
+        if message.get("tool_calls"):
+            env.messages += await env.run_tool_calls(
+                message["tool_calls"], tool_timeout_s=5, max_tool_calls=4
+            )
     return await env.verify()
 
 
@@ -51,7 +50,7 @@ def test_the_fixtures_cover_every_required_kind() -> None:
 async def test_golden_fixtures_and_determinism(case: dict[str, Any]) -> None:
     first, second = await _verify(case), await _verify(case)
     assert first.reward == pytest.approx(case["expected_reward"])
-    assert first.failure is None
+    assert first.failure == case["expected_failure"]
     for name, value in case["expected_components"].items():
         assert first.components[name] == pytest.approx(value), name
     assert first.model_dump() == second.model_dump()
