@@ -22,7 +22,7 @@ import mcp_types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp_types import CONNECTION_CLOSED
 
 from gym_server.environments.mcp_tools.transport import sandbox_stdio
 from gym_server.protocols.mcp.mapping import tool_result_text
@@ -122,16 +122,15 @@ class McpConnection:
         if self._session is None or not self.alive:
             raise McpServerGone("the MCP server is not running")
         try:
-            result = await self._session.call_tool(
-                name, arguments, read_timeout_seconds=None if math.isinf(timeout_s) else timeout_s
-            )
+            async with asyncio.timeout(None if math.isinf(timeout_s) else timeout_s):
+                result = await self._session.call_tool(name, arguments)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED or not self.alive:
                 raise McpServerGone(f"the MCP server exited ({exc.message})") from exc
-            if exc.code == REQUEST_TIMEOUT:
-                raise TimeoutError(exc.message) from exc
             # The server's JSON-RPC error (invalid params, unknown tool), as the model reads it.
             return f"Error: {exc.message} (MCP error {exc.code})"
+        except TimeoutError:
+            raise  # an OSError too, but the server may be alive: the caller decides
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
             raise McpServerGone(f"the MCP server is gone ({_describe(exc)})") from exc
         return tool_result_text(result.model_dump(by_alias=True, exclude_none=True, mode="json"))

@@ -86,7 +86,7 @@ class McpToolsEnv(Environment):
         self.mcp_tools: dict[str, dict[str, Any]] = {}
         self.submitted: str | None = None
         self.calls = 0
-        self.server_failure: str | None = None
+        self.server_failure: tuple[FailureClass, str] | None = None
 
     async def setup(self) -> None:
         """Connect to the server (a stdio server: started in the session's sandbox) and list its tools.
@@ -159,12 +159,21 @@ class McpToolsEnv(Environment):
         if self.connection is None or self.server_failure:
             return "Error: the MCP server is not running."
         timeout_s = self.manifest.server.call_timeout_s
+        # A sandboxed server's failure is the sandbox's; a remote one's, the environment's.
+        remote = isinstance(self.manifest.server, HttpServer)
         try:
             return await self.connection.call(name, parsed, timeout_s)
         except TimeoutError:
-            return f"Error: tool {name!r} timed out after {timeout_s:g} s."
+            # The call may still run and change the server's state later: the episode is no clean
+            # signal any more, so it ends here and the server goes with the sandbox at close.
+            detail = f"tool {name!r} did not answer within {timeout_s:g} s"
+            failure = FailureClass.ENV_ERROR if remote else FailureClass.SANDBOX_TIMEOUT
+            self.server_failure = (failure, detail)
+            self.finish("mcp_server_timeout")
+            return f"Error: {detail}. The episode ends."
         except McpServerGone as exc:
-            self.server_failure = str(exc)
+            failure = FailureClass.ENV_ERROR if remote else FailureClass.SANDBOX_ERROR
+            self.server_failure = (failure, str(exc))
             self.finish("mcp_server_exited")
             return f"Error: {exc}. The episode ends."
 
@@ -181,13 +190,8 @@ class McpToolsEnv(Environment):
 
     async def verify(self) -> VerifyResult:
         if self.server_failure is not None:
-            # A sandboxed server's end is the sandbox's failure; a remote one's, the environment's.
-            remote = isinstance(self.manifest.server, HttpServer)
-            return VerifyResult(
-                reward=0.0,
-                failure=FailureClass.ENV_ERROR if remote else FailureClass.SANDBOX_ERROR,
-                info={"error": self.server_failure, "tool_calls": self.calls},
-            )
+            failure, detail = self.server_failure
+            return VerifyResult(reward=0.0, failure=failure, info={"error": detail, "tool_calls": self.calls})
         through_tool = self.submitted is not None
         response = self.submitted if self.submitted is not None else self.final_answer()
         result = score_answer(self.manifest, self.task.answer, response)

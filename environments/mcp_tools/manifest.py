@@ -26,7 +26,7 @@ class StdioServer(BaseModel):
         env: environment variables inside the sandbox (the host's never enter it).
         memory_mb, pids, cpus, disk_mb: the sandbox's limits (the gym's locked-down defaults otherwise).
         startup_timeout_s: start, initialize and list the tools within this, or the session is refused.
-        call_timeout_s: one tool call's deadline; past it the model reads a timeout and the episode goes on.
+        call_timeout_s: one tool call's deadline; past it the episode ends (`sandbox_timeout`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -52,7 +52,7 @@ class HttpServer(BaseModel):
     Attributes:
         url: the server's MCP endpoint, `http://` or `https://`.
         startup_timeout_s: connect, initialize and list the tools within this, or the session is refused.
-        call_timeout_s: one tool call's deadline; past it the model reads a timeout and the episode goes on.
+        call_timeout_s: one tool call's deadline; past it the episode ends (`env_error`).
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -5,7 +5,7 @@ What is proven: the server's tools (from its `tools/list`) are the session's too
 step answered by the server itself and stored in the trajectory; arguments the server rejects come back
 as its own error in a tool message and the episode goes on; a correct `submit_answer` scores 1.0; a
 server killed mid-episode ends the episode, stored with `sandbox_error`; close and the TTL leave no
-server process behind.
+server process behind; a server that stops answering ends the episode with `sandbox_timeout`.
 
 Needs bubblewrap and the example server in the sandbox tools folder (`make mcp-tools`).
 """
@@ -168,6 +168,23 @@ def test_a_server_that_dies_mid_episode_is_stored_with_a_failure_class(gym: http
     row = stored(gym, session_id, "completed")
     assert row["failure"] == "sandbox_error"
     assert "exited" in row["verify_info"]["error"]
+
+
+def test_a_server_that_stops_answering_ends_the_episode_with_a_timeout(gym: httpx.Client) -> None:
+    created, pids = open_episode(gym, "mcp-time-00004")
+    session_id = created["session_id"]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # alive but silent: the call runs into the manifest's call_timeout_s
+    args = {"source_timezone": "Etc/UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+    after = step(gym, session_id, call("convert_time", args))
+    assert after["messages"][0]["content"] == (
+        "Error: tool 'convert_time' did not answer within 10 s. The episode ends."
+    )
+    assert after["done"] is True and after["reward"] == 0.0
+    assert after["info"]["done_reason"] == "mcp_server_timeout"
+    assert gym.delete(f"/v1/sessions/{session_id}").status_code == 204
+    assert poll(lambda: gone(pids), bool, timeout_s=10)  # a stopped process is killed all the same
+    assert stored(gym, session_id, "completed")["failure"] == "sandbox_timeout"
 
 
 def test_the_ttl_kills_the_server_and_stores_the_episode(gym: httpx.Client) -> None:
