@@ -78,7 +78,7 @@ def task(task_id: str) -> Any:
     return found
 
 
-def open_episode(gym: httpx.Client, task_id: str, **extra: Any) -> tuple[dict[str, Any], set[int]]:
+def open_episode(gym: httpx.Client, task_id: str | None, **extra: Any) -> tuple[dict[str, Any], set[int]]:
     before = server_pids()
     created = gym.post("/v1/sessions", json={"env": ENV, "task_id": task_id, "seed": 0, **extra})
     assert created.status_code == 201, created.text
@@ -142,6 +142,17 @@ def test_episode_calls_the_real_server_scores_and_is_stored(gym: httpx.Client) -
     assert json.loads(tool_replies[0]["content"])["target"]["datetime"][11:16] == "16:10"
     assert row["components"]["tool_calls"] == 4.0
     assert row["verify_info"]["server"]["name"] == "mcp-time"
+
+
+def test_an_inline_tasks_files_are_in_the_servers_work_dir(gym: httpx.Client) -> None:
+    files = {"notes.txt": "meeting at 09:30 Tokyo time\n", "data/zones.csv": "Asia/Tokyo,+9\n"}
+    task = {"id": "with-files", "prompt": "Read notes.txt.", "answer": "00:30", "metadata": {"files": files}}
+    created, pids = open_episode(gym, None, task=task)
+    (pid,) = pids
+    for name, text in files.items():  # the server's own view of its work dir, from the host
+        assert (Path(f"/proc/{pid}/root/work") / name).read_text() == text
+    assert gym.delete(f"/v1/sessions/{created['session_id']}").status_code == 204
+    assert poll(lambda: gone(pids), bool, timeout_s=10)
 
 
 def test_a_wrong_answer_scores_zero(gym: httpx.Client) -> None:
