@@ -75,6 +75,12 @@ def gyms(
         remote.stop()
 
 
+def open_episode(client: httpx.Client) -> dict[str, Any]:
+    created = client.post("/v1/sessions", json={"env": ENV, "task_id": "read-0"})
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
 def step(client: httpx.Client, session_id: str, message: dict[str, Any]) -> dict[str, Any]:
     response = client.post(f"/v1/sessions/{session_id}/step", json={"message": message})
     assert response.status_code == 200, response.text
@@ -85,10 +91,9 @@ def test_a_remote_server_over_http_plays_an_episode(
     gyms: tuple[httpx.Client, httpx.Client, ServerProcess],
 ) -> None:
     here, there, _ = gyms
-    created = here.post("/v1/sessions", json={"env": ENV, "task_id": "read-0"})
-    assert created.status_code == 201, created.text
-    session_id = created.json()["session_id"]
-    assert {t["function"]["name"] for t in created.json()["tools"]} == {
+    created = open_episode(here)
+    session_id = created["session_id"]
+    assert {t["function"]["name"] for t in created["tools"]} == {
         "read",
         "add",
         "submit",
@@ -121,9 +126,7 @@ def test_a_remote_server_that_goes_away_ends_the_episode_with_a_failure_class(
     gyms: tuple[httpx.Client, httpx.Client, ServerProcess],
 ) -> None:
     here, _, remote = gyms
-    created = here.post("/v1/sessions", json={"env": ENV, "task_id": "read-0"})
-    assert created.status_code == 201, created.text
-    session_id = created.json()["session_id"]
+    session_id = open_episode(here)["session_id"]
     remote.kill()
     after = step(here, session_id, call("read", {}))
     assert after["messages"][0]["content"].startswith("Error:")
