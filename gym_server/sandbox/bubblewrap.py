@@ -30,6 +30,7 @@ from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox._host import mount_tmpfs
 from gym_server.sandbox._local import LocalBackendBase, LocalSandbox
 from gym_server.sandbox.protocol import WORKDIR, Limits
+from gym_server.sandbox.toolbox import bwrap_options
 
 __all__ = ["BubblewrapBackend"]
 
@@ -51,6 +52,7 @@ class BubblewrapBackend(LocalBackendBase):
         server_name: names this server's sandboxes, so a restart can reap what a crash left.
         rootfs: an image's root folder to show instead of the host's /usr (e.g. the debootstrap tree).
         use_cgroups: put each sandbox in its own cgroup when the kernel lets us.
+        tools_dir: a host folder shown read-only at `toolbox.TOOLS_MOUNT` (see `toolbox`).
     """
 
     name = "bubblewrap"
@@ -62,9 +64,11 @@ class BubblewrapBackend(LocalBackendBase):
         server_name: str = "gym",
         rootfs: Path | None = None,
         use_cgroups: bool = True,
+        tools_dir: Path | None = None,
     ) -> None:
         super().__init__(root_dir=root_dir, server_name=server_name, use_cgroups=use_cgroups)
         self.rootfs = rootfs or Path("/")
+        self.tools_dir = tools_dir
         self._tools: dict[str, str] = {}
         self._checked = False
         self._etc_lock = threading.Lock()
@@ -185,7 +189,7 @@ class BubblewrapBackend(LocalBackendBase):
                 options += ["--symlink", os.readlink(path), f"/{name}"]
             elif path.is_dir():
                 options += ["--ro-bind", str(path), f"/{name}"]
-        options += ["--ro-bind", str(etc), "/etc"]
+        options += ["--ro-bind", str(etc), "/etc", *bwrap_options(self.tools_dir)]
         options += [
             "--proc",
             "/proc",

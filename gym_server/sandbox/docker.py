@@ -37,6 +37,7 @@ from gym_server.sandbox.protocol import (
     WORKDIR,
     Limits,
 )
+from gym_server.sandbox.toolbox import docker_volumes
 
 __all__ = [
     "LABEL_HOST",
@@ -75,6 +76,7 @@ class DockerBackend:
         max_starts: containers being created at once.
         starts_per_s: sustained container creations per second.
         threads: threads for blocking SDK calls (each running exec holds one).
+        tools_dir: a host folder shown read-only at `toolbox.TOOLS_MOUNT` (see `toolbox`).
     """
 
     name = "docker"
@@ -88,8 +90,10 @@ class DockerBackend:
         max_starts: int = 4,
         starts_per_s: float = 20.0,
         threads: int = 64,
+        tools_dir: Path | None = None,
     ) -> None:
         self.image = image
+        self.tools_dir = tools_dir
         self.server_name = server_name
         self.instance = uuid.uuid4().hex[:12]
         self._client_factory = client_factory
@@ -182,6 +186,7 @@ class DockerBackend:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {WORKDIR: f"{tmpfs},mode=0755", "/tmp": f"{tmpfs},mode=1777"},
+            "volumes": docker_volumes(self.tools_dir),
             "shm_size": f"{min(limits.disk_mb, 64)}m",
             "mem_limit": limits.memory_mb * mb,
             "memswap_limit": limits.memory_mb * mb,

@@ -15,9 +15,11 @@ import logging
 import os
 import shutil
 from collections.abc import Awaitable
+from pathlib import Path
 
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import SandboxBackend
+from gym_server.sandbox.toolbox import check_tools_dir
 from gym_server.settings import SandboxSettings, Settings
 
 __all__ = ["PROBE_TIMEOUT_S", "make_backend", "probe", "select_backend"]
@@ -30,16 +32,29 @@ PROBE_TIMEOUT_S = 2.0
 _PING_API_VERSION = "1.24"
 
 
-def make_backend(kind: str, *, image: str, server_name: str) -> SandboxBackend:
-    """The backend named `kind` (docker, bubblewrap or unsafe-no-sandbox), not yet checked."""
+def make_backend(kind: str, *, image: str, server_name: str, tools_dir: Path | None = None) -> SandboxBackend:
+    """The backend named `kind` (docker, bubblewrap or unsafe-no-sandbox), not yet checked.
+
+    `tools_dir` (see `toolbox`) is shown read-only in docker and bubblewrap sandboxes; the unsafe runner
+    has no mounts of its own and refuses one.
+
+    Raises:
+        SandboxUnavailable: `tools_dir` is not a folder, or the backend cannot show it.
+    """
+    try:
+        tools_dir = check_tools_dir(tools_dir)
+    except ValueError as exc:
+        raise SandboxUnavailable(str(exc)) from None
     if kind == "docker":
         from gym_server.sandbox.docker import DockerBackend
 
-        return DockerBackend(image=image, server_name=server_name)
+        return DockerBackend(image=image, server_name=server_name, tools_dir=tools_dir)
     if kind == "bubblewrap":
         from gym_server.sandbox.bubblewrap import BubblewrapBackend
 
-        return BubblewrapBackend(server_name=server_name)
+        return BubblewrapBackend(server_name=server_name, tools_dir=tools_dir)
+    if tools_dir is not None:
+        raise SandboxUnavailable(f"the {kind} backend cannot show a tools folder (GYM_SANDBOX__TOOLS_DIR)")
     if kind == "unsafe-no-sandbox":
         from gym_server.sandbox.unsafe import UnsafeBackend
 
@@ -64,7 +79,9 @@ async def select_backend(
         settings = settings.sandbox
     name = server_name or "gym"
     if settings.backend != "auto":
-        backend = make_backend(settings.backend, image=settings.image, server_name=name)
+        backend = make_backend(
+            settings.backend, image=settings.image, server_name=name, tools_dir=settings.tools_dir
+        )
         try:
             await _check(backend)
         except SandboxUnavailable:
@@ -74,7 +91,7 @@ async def select_backend(
     reasons: list[str] = []
     for kind in ("docker", "bubblewrap"):
         try:
-            backend = make_backend(kind, image=settings.image, server_name=name)
+            backend = make_backend(kind, image=settings.image, server_name=name, tools_dir=settings.tools_dir)
         except ImportError as exc:  # the docker SDK is an optional extra
             reasons.append(f"{kind}: {exc}")
             continue

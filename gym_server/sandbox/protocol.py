@@ -189,6 +189,13 @@ class SpawnedProcess(Protocol):
         """Exactly `size` bytes of its stdout; EOFError if it ends first, TimeoutError past `timeout`."""
         ...
 
+    async def readline(self, limit: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        """One line of its stdout, newline included, for line protocols (MCP's stdio, JSON lines).
+
+        EOFError if it ends first or the line outgrows `limit` bytes; TimeoutError past `timeout`.
+        """
+        ...
+
     async def kill(self) -> None:
         """Kill it and everything it started; idempotent."""
         ...

@@ -199,12 +199,24 @@ class Environment:
             if index >= max_tool_calls:
                 text = f"Error: not executed; at most {max_tool_calls} tool calls run per turn."
             elif spec is None:
-                known = ", ".join(sorted(self.tool_specs)) or "none"
-                text = f"Error: unknown tool {name[:80]!r}; available tools: {known}."
+                episode_text = await self.call_episode_tool(name, function.get("arguments", "{}"))
+                if episode_text is None:
+                    known = ", ".join(sorted(tool["function"]["name"] for tool in self.tools())) or "none"
+                    episode_text = f"Error: unknown tool {name[:80]!r}; available tools: {known}."
+                text = episode_text
             else:
                 text, _ = await spec.invoke(self, function.get("arguments", "{}"), tool_timeout_s)
             replies.append(tool_message(str(call["id"]), name[:256], text))
         return replies
+
+    async def call_episode_tool(self, name: str, arguments: Any) -> str | None:
+        """Run a tool this episode offers beyond the class's `@tool` methods, or return None: no such tool.
+
+        For tools known only once an episode runs (an MCP server's, listed by an overridden `tools()`):
+        `arguments` is the call's raw `arguments` (JSON text or an object), the return value the tool
+        message's text. It must not raise for what the tool does; a failure is text opening "Error:".
+        """
+        return None
 
     def finish(self, reason: str = "completed") -> None:
         """End the episode (a `submit` tool calls this). The reason is recorded with the trajectory."""

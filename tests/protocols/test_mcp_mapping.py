@@ -109,3 +109,44 @@ def test_episode_meta_sits_under_one_namespaced_key() -> None:
     assert meta == {
         "gym-server/episode": {"session_id": "abc", "done": True, "reward": 1.0, "info": {"turn": 3}}
     }
+
+
+# -- the other direction: an MCP server's tools and results inside a gym episode (environments/mcp_tools)
+
+
+def test_an_mcp_tool_becomes_an_openai_function_and_back() -> None:
+    tool = {
+        "name": "convert_time",
+        "description": "Convert a time",
+        "inputSchema": {"type": "object", "properties": {"time": {"type": "string"}}, "required": ["time"]},
+    }
+    function = mapping.openai_function(tool)
+    assert function == {
+        "type": "function",
+        "function": {
+            "name": "convert_time",
+            "description": "Convert a time",
+            "parameters": tool["inputSchema"],
+        },
+    }
+    assert mapping.mcp_tool(function) == tool
+    bare = mapping.openai_function({"name": "ping", "title": "Ping it", "inputSchema": {}})
+    assert bare["function"]["parameters"] == {"type": "object", "properties": {}}
+    assert bare["function"]["description"] == "Ping it"
+
+
+def test_a_tool_result_becomes_the_text_of_a_tool_message() -> None:
+    text = {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    assert mapping.tool_result_text(text) == "a\nb"
+    image = {"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}
+    assert mapping.tool_result_text(image) == "[image content (image/png) not shown]"
+    resource = {"content": [{"type": "resource", "resource": {"uri": "file:///x", "text": "inside"}}]}
+    assert mapping.tool_result_text(resource) == "inside"
+    structured = {"content": [], "structuredContent": {"n": 1}}
+    assert mapping.tool_result_text(structured) == '{"n":1}'
+    failed = {"content": [{"type": "text", "text": "Invalid timezone: Mars"}], "isError": True}
+    assert mapping.tool_result_text(failed) == "Error: Invalid timezone: Mars"
+    assert mapping.is_tool_error(mapping.tool_result_text(failed))
+    already = {"content": [{"type": "text", "text": "Error: no"}], "isError": True}
+    assert mapping.tool_result_text(already) == "Error: no"
+    assert not mapping.is_tool_error(mapping.tool_result_text(text))

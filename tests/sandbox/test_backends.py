@@ -154,3 +154,34 @@ async def test_close_kills_spawned_processes(backend: SandboxBackend) -> None:
     assert process.alive
     await box.close()
     assert not process.alive
+
+
+LINES = (
+    "import sys, time\n"
+    "sys.stdout.write('one\\ntw'); sys.stdout.flush(); time.sleep(0.2)\n"
+    "print('o\\n' + 'x' * 100)\n"
+)
+
+
+async def test_spawned_process_reads_lines(sandbox: Sandbox) -> None:
+    process = await sandbox.spawn(["python3", "-u", "-c", LINES])
+    try:
+        assert await process.readline(64, 5) == b"one\n"
+        assert await process.readline(64, 5) == b"two\n"  # a line split across writes
+        with pytest.raises(EOFError, match="longer than 64"):
+            await process.readline(64, 5)
+    finally:
+        await process.kill()
+    quiet = await sandbox.spawn(["python3", "-c", "import sys; sys.stdin.read()"])
+    try:
+        with pytest.raises(TimeoutError):
+            await quiet.readline(64, 0.2)
+        await quiet.write(b"")
+    finally:
+        await quiet.kill()
+    ended = await sandbox.spawn(["python3", "-c", "print('last', end='')"])
+    try:
+        with pytest.raises(EOFError, match="ended"):
+            await ended.readline(64, 5)
+    finally:
+        await ended.kill()

@@ -2,7 +2,10 @@
 
 Nothing here imports `mcp`: these functions take and return plain dicts, so the rules of the facade
 (which tool results are errors, what a gym error becomes on the JSON-RPC wire, how the episode's
-opening reads as instructions) are tested without a server, and the SDK glue stays thin.
+opening reads as instructions) are tested without a server, and the SDK glue stays thin. Both
+directions live here: the facade serves gym tools as MCP tools (`mcp_tool`, `is_tool_error`), and the
+`mcp_tools` environments serve an MCP server's tools as gym tools (`openai_function`,
+`tool_result_text`), with the same rule that a failed call is a tool message opening with "Error:".
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ __all__ = [
     "is_tool_error",
     "jsonrpc_error_body",
     "mcp_tool",
+    "openai_function",
     "parse_episode_params",
     "problem_data",
+    "tool_result_text",
 ]
 
 # JSON-RPC 2.0 codes (the spec's numbers; the SDK names the same ones).
@@ -91,6 +96,42 @@ def mcp_tool(openai_schema: dict[str, Any]) -> dict[str, Any]:
     if function.get("description"):
         tool["description"] = function["description"]
     return tool
+
+
+def openai_function(tool: dict[str, Any]) -> dict[str, Any]:
+    """An MCP tool definition (wire form, `inputSchema`) as an OpenAI function: `mcp_tool`'s inverse."""
+    parameters = dict(tool.get("inputSchema") or {})
+    parameters.setdefault("type", "object")
+    parameters.setdefault("properties", {})
+    function: dict[str, Any] = {"name": tool["name"], "parameters": parameters}
+    description = tool.get("description") or tool.get("title")
+    if description:
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
+def tool_result_text(result: dict[str, Any]) -> str:
+    """A `tools/call` result (wire form) as the text of a gym tool message.
+
+    Text blocks are kept in order; other blocks (images, audio, resources) are named, since a tool
+    message carries text; `structuredContent` stands in when there is no content. A result with
+    `isError` opens with "Error: ", as every failed gym tool call does.
+    """
+    parts: list[str] = []
+    for block in result.get("content") or []:
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "resource" and "text" in (block.get("resource") or {}):
+            parts.append(str(block["resource"]["text"]))
+        else:
+            parts.append(f"[{kind} content ({block.get('mimeType', 'unknown type')}) not shown]")
+    text = "\n".join(parts)
+    if not parts and result.get("structuredContent") is not None:
+        text = jsontext.dumps(result["structuredContent"]).decode()
+    if result.get("isError"):
+        return text if is_tool_error(text) else f"{_TOOL_ERROR_PREFIX} {text}"
+    return text
 
 
 def assistant_tool_call(name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""Any MCP server as a gym tool environment: its tools are the episode's tools (see README.md)."""
