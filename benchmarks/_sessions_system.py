@@ -132,6 +132,11 @@ class ManagedProcess:
         return ""
 
     def stop(self, grace_s: float = 15.0) -> int | None:
+        """Stop it (SIGINT, then SIGTERM, then SIGKILL) and return its exit code, None if it never ran.
+
+        A server stopped by our SIGINT exits 130 (uvicorn re-raises the signal it handled); that is a clean
+        stop, reported as 0, so a caller warns only about a server that failed.
+        """
         proc, self.proc = self.proc, None
         if proc is None:
             return None
@@ -142,4 +147,5 @@ class ManagedProcess:
                 os.killpg(proc.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(wait_s)
-        return proc.poll()
+        code = proc.poll()
+        return 0 if code == 128 + signal.SIGINT else code

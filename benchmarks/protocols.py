@@ -6,9 +6,10 @@ serve` process (uvicorn + uvloop + httptools) pinned to core 0, this load genera
 C simulated clients with one connection each playing whole `counter` episodes for D seconds after a
 warm-up. Every path plays the same episode: open it, K steps (`add(1)` K-1 times, then `submit`, which
 ends and scores it), close it; only the steps are timed. The paths (the table `PATHS` below, one module
-each: `_protocol_native.py`, `_protocol_openenv.py`) run one after another at each client level, so
-drift over the run touches them alike. CPU of the server and of the load generator is reported: a load
-generator near 100 % of its core means the client, not the server, set that row's number.
+each: `_protocol_native.py`, `_protocol_openenv.py`, `_protocol_nemo_gym.py`) run one after another at
+each client level, so drift over the run touches them alike. CPU of the server and of the load
+generator is reported: a load generator near 100 % of its core means the client, not the server, set that
+row's number.
 
 Run `python benchmarks/protocols.py --quick` for a smoke run (seconds); the full run is
 `python benchmarks/protocols.py` (1, 16 and 256 clients, 10 s each).
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _loadgen import cpu_seconds_self, error_kind, percentile, run
 from _protocol_native import PATHS as NATIVE
+from _protocol_nemo_gym import PATHS as NEMO_GYM
 from _protocol_openenv import PATHS as OPENENV
 from _protocol_path import EpisodeClient, ProtocolPath
 from _sessions_system import (
@@ -47,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 # The first path is the baseline the others are compared with.
-PATHS: list[ProtocolPath] = [*NATIVE, *OPENENV]
+PATHS: list[ProtocolPath] = [*NATIVE, *OPENENV, *NEMO_GYM]
 MAX_EPISODES_PER_CLIENT = 10_000_000  # loop bound; the duration ends a level long before this
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 180)

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from gymtest import call, poll
 
 from gym_server.environments.mcp_tools.env import mcp_environment
 from gym_server.environments.mcp_tools.time.generate import accepted, offset_minutes
+from gym_server.sandbox.toolbox import check_tools_dir
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -55,12 +57,34 @@ def server_pids() -> set[int]:
     return found
 
 
+@pytest.fixture(scope="module")
+def tools_dir() -> Iterator[Path]:
+    """The tools folder where the sandboxes' uids can reach it.
+
+    A clone below a private folder (root's home is 0700) cannot be shown to other uids, and the server
+    rightly refuses it; the tests then run on a copy in a world-passable temporary folder.
+    """
+    try:
+        check_tools_dir(TOOLS_DIR)
+    except ValueError:
+        with tempfile.TemporaryDirectory(prefix="gym-tools-") as scratch:
+            copy = Path(scratch) / "tools"
+            Path(scratch).chmod(0o755)
+            shutil.copytree(TOOLS_DIR, copy, symlinks=True)
+            copy.chmod(0o755)
+            yield copy
+    else:
+        yield TOOLS_DIR
+
+
 @pytest.fixture
-def gym(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> Iterator[httpx.Client]:
+def gym(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path, tools_dir: Path
+) -> Iterator[httpx.Client]:
     server = server_factory(
         f"sqlite:///{tmp_path / 'gym.db'}",
         GYM_SANDBOX__BACKEND="bubblewrap",
-        GYM_SANDBOX__TOOLS_DIR=str(TOOLS_DIR),
+        GYM_SANDBOX__TOOLS_DIR=str(tools_dir),
         GYM_SESSIONS__REAP_INTERVAL_S="0.2",
     )
     server.start()
