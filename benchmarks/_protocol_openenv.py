@@ -5,15 +5,21 @@ openenv-core client is proven in tests/interop/openenv; here the client must cos
 - WebSocket: one connection per client for the whole run, as an `EnvClient` holds one; each episode is
   `{"type": "reset"}` then K `{"type": "step"}` frames; the next reset closes the finished episode.
 - HTTP: `POST .../reset`, then K `POST .../step` naming the episode; the final step closes it.
+- OpenEnv's own server: the WebSocket client against openenv-core's `create_app` serving the same counter
+  episode (`peers/openenv_counter.py`), run from the openenv peer's venv (`make interop PEER=openenv`
+  builds it; `GYM_BENCH_OPENENV_PYTHON` names another interpreter).
 """
 
 from __future__ import annotations
 
+import functools
+import os
+from pathlib import Path
 from typing import Any
 
 import orjson
 from _loadgen import HttpConnection
-from _protocol_path import ProtocolPath, UnexpectedAnswer, task_id
+from _protocol_path import PeerServer, ProtocolPath, UnexpectedAnswer, task_id
 from websockets.asyncio.client import ClientConnection, connect
 
 __all__ = ["PATHS", "OpenEnvHttpClient", "OpenEnvWsClient"]
@@ -29,8 +35,8 @@ class OpenEnvWsClient:
     _ADD_FRAME = orjson.dumps({"type": "step", "data": _ADD}).decode()
     _SUBMIT_FRAME = orjson.dumps({"type": "step", "data": _SUBMIT}).decode()
 
-    def __init__(self, host: str, port: int) -> None:
-        self.url = f"ws://{host}:{port}{PREFIX}/ws"
+    def __init__(self, host: str, port: int, prefix: str = PREFIX) -> None:
+        self.url = f"ws://{host}:{port}{prefix}/ws"
         self.ws: ClientConnection | None = None
 
     async def connect(self) -> None:
@@ -96,7 +102,38 @@ class OpenEnvHttpClient:
         await self.conn.close()
 
 
+def _openenv_server() -> PeerServer:
+    here = Path(__file__).resolve().parent
+    python = Path(
+        os.environ.get("GYM_BENCH_OPENENV_PYTHON")
+        or here.parent / "var" / "interop" / "openenv" / "bin" / "python"
+    )
+
+    def argv(port: int) -> list[str]:
+        uvicorn = [str(python), "-m", "uvicorn", "--app-dir", str(here / "peers"), "openenv_counter:app"]
+        return [
+            *uvicorn,
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+        ]
+
+    missing = None if python.exists() else f"{python} not found: `make interop PEER=openenv` builds it"
+    return PeerServer(argv, "/health", missing)
+
+
 PATHS = [
     ProtocolPath("OpenEnv WebSocket facade", "reset, K step frames on one connection", OpenEnvWsClient),
     ProtocolPath("OpenEnv HTTP facade", "POST reset, K POST step (episode_id)", OpenEnvHttpClient),
+    ProtocolPath(
+        "OpenEnv's own server (WS)",
+        "openenv-core 0.3.0 create_app, same frames; keeps nothing",
+        functools.partial(OpenEnvWsClient, prefix=""),
+        _openenv_server(),
+    ),
 ]

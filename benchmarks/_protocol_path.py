@@ -5,6 +5,10 @@ calls `begin` (open an episode), `step` K times (the last one `submit`s, which e
 scores it), then `end` (close it, if the protocol has to be told), and times every `step`. So every path
 plays the same episode of the same environment, and only the wire and the facade differ. A new path
 (NeMo Gym, say) is a module of its own with a `PATHS` list, added to the table in `protocols.py`.
+
+A path may instead name a peer's own server (`PeerServer`): the driver starts it for that path's levels,
+on the gym server's core, and the same kind of client plays the same episode against it, which is how
+the gym's facade is compared with the peer's own implementation.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["COUNTER_TASKS", "EpisodeClient", "ProtocolPath", "UnexpectedAnswer", "task_id"]
+__all__ = ["COUNTER_TASKS", "EpisodeClient", "PeerServer", "ProtocolPath", "UnexpectedAnswer", "task_id"]
 
 COUNTER_TASKS = 60  # counter-0000 .. counter-0059
 
@@ -44,7 +48,17 @@ class EpisodeClient(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class PeerServer:
+    """A peer's own server for a path: how to start it on a port, and where it answers when ready."""
+
+    argv: Callable[[int], list[str]]  # port -> the command line
+    ready_path: str
+    missing: str | None = None  # why it cannot run here (its venv is not built); the path is skipped
+
+
+@dataclass(frozen=True, slots=True)
 class ProtocolPath:
     name: str
     what: str
     client: Callable[[str, int], EpisodeClient]  # (host, port) -> a client
+    server: PeerServer | None = None  # None: the gym server under test

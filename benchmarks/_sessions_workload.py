@@ -411,7 +411,8 @@ async def run_held(port: int, server: ManagedProcess, args: argparse.Namespace) 
     return held
 
 
-async def wait_ready(port: int, server: ManagedProcess, timeout_s: float) -> None:
+async def wait_ready(port: int, server: ManagedProcess, timeout_s: float, path: str = "/readyz") -> None:
+    """Until `GET path` answers 200; a server that exits or stays silent past the timeout is an error."""
     deadline = time.perf_counter() + timeout_s
     conn = HttpConnection(HOST, port, timeout_s=5.0)
     try:
@@ -419,7 +420,7 @@ async def wait_ready(port: int, server: ManagedProcess, timeout_s: float) -> Non
             if not server.alive():
                 raise RuntimeError(f"the server exited during start-up:\n{server.log_tail()}")
             with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
-                if (await conn.request("GET", "/readyz")).status == 200:
+                if (await conn.request("GET", path)).status == 200:
                     return
             await asyncio.sleep(0.1)
     finally:

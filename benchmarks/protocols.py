@@ -33,7 +33,7 @@ from _loadgen import cpu_seconds_self, error_kind, percentile, run
 from _protocol_native import PATHS as NATIVE
 from _protocol_nemo_gym import PATHS as NEMO_GYM
 from _protocol_openenv import PATHS as OPENENV
-from _protocol_path import EpisodeClient, ProtocolPath
+from _protocol_path import EpisodeClient, PeerServer, ProtocolPath
 from _sessions_system import (
     HOST,
     LOADGEN_CORE,
@@ -141,16 +141,42 @@ async def run_level(
     return level
 
 
-async def benchmark(args: argparse.Namespace, server: ManagedProcess, port: int) -> list[Level]:
+async def peer_level(
+    path: ProtocolPath, peer: PeerServer, clients: int, args: argparse.Namespace, workdir: Path
+) -> Level:
+    """One level against a peer's own server, started for it on the gym server's core and stopped after."""
+    port = free_port()
+    server = ManagedProcess(
+        path.name, peer.argv(port), env=dict(os.environ), cwd=workdir, log=workdir / f"peer-{port}.log"
+    )
+    server.start(SERVER_CORE if args.pinned else None)
+    try:
+        await wait_ready(port, server, timeout_s=60.0, path=peer.ready_path)
+        return await run_level(path, port, server.pid, clients, args)
+    finally:
+        server.stop()
+
+
+async def benchmark(
+    args: argparse.Namespace, server: ManagedProcess, port: int, workdir: Path
+) -> list[Level]:
     await wait_ready(port, server, timeout_s=60.0)
+    paths = []
+    for path in PATHS:
+        if path.server is not None and path.server.missing:
+            console.print(f"[yellow]{path.name}: skipped, {path.server.missing}[/]")
+        else:
+            paths.append(path)
     levels: list[Level] = []
     for clients in args.clients:
-        for path in PATHS:
+        for path in paths:
             console.print(
                 f"{path.name}, {clients} clients: {args.warmup:g} s warm-up + {args.duration:g} s ..."
             )
-            level = await run_level(path, port, server.pid, clients, args)
-            levels.append(level)
+            if path.server is not None:
+                levels.append(await peer_level(path, path.server, clients, args, workdir))
+                continue
+            levels.append(await run_level(path, port, server.pid, clients, args))
             if not server.alive():
                 raise RuntimeError(
                     f"the server died during {path.name} at {clients} clients:\n{server.log_tail()}"
@@ -231,7 +257,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    pinned = (os.cpu_count() or 1) > LOADGEN_CORE and pin(0, LOADGEN_CORE)
+    pinned = args.pinned = (os.cpu_count() or 1) > LOADGEN_CORE and pin(0, LOADGEN_CORE)
     machine = machine_description()
     console.rule("[bold]gym-server protocol facades against the native API")
     with tempfile.TemporaryDirectory(prefix="gym-bench-protocols-") as workdir:
@@ -251,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             server.start(SERVER_CORE if pinned else None)
-            levels = run(lambda: benchmark(args, server, port))
+            levels = run(lambda: benchmark(args, server, port, Path(workdir)))
         except KeyboardInterrupt:
             console.print("[yellow]interrupted; stopping the server[/]")
             return 130
