@@ -45,12 +45,12 @@ def _unreachable(method: str, url: str, exc: httpx.HTTPError) -> GymError:
 
 
 async def request(
-    method: str, base_url: str, path: str, *, timeout: float, body: dict[str, Any] | None = None
+    method: str, base_url: str, path: str, *, timeout_s: float, body: dict[str, Any] | None = None
 ) -> Any:
     """One call of the gym's session API."""
     url = f"{base_url.rstrip('/')}{path}"
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
             response = await client.request(method, url, json=body)
     except httpx.HTTPError as exc:
         raise _unreachable(method, url, exc) from exc

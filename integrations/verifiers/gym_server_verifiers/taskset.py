@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import verifiers.v1 as vf
 from pydantic import Field
 
-import verifiers.v1 as vf
 from gym_server_verifiers.gym import GymError, list_tasks, request
 from gym_server_verifiers.toolset import GymState, GymToolset
 
 __all__ = ["GymConfig", "GymData", "GymTask", "GymTaskConfig", "GymTaskset", "close_episode"]
+
 
 class GymTaskConfig(vf.TaskConfig):
     base_url: str = "http://127.0.0.1:8000"
@@ -35,8 +36,9 @@ class GymTaskConfig(vf.TaskConfig):
 
 
 class GymConfig(vf.TasksetConfig):
-    env: str
-    """The gym environment, e.g. `counter` or `reasoning_gym/leg_counting`."""
+    env: str = ""
+    """The gym environment, e.g. `counter` or `reasoning_gym/leg_counting` (required: the default
+    is empty only because verifiers' CLI builds the config from its id before reading options)."""
     split: str | None = None
     """The dataset split to list tasks from (the gym's default when unset)."""
     task_ids: list[str] | None = None
@@ -66,7 +68,7 @@ class GymTask(vf.Task[GymData, GymState, GymTaskConfig]):
             "POST",
             state.base_url,
             "/v1/sessions",
-            timeout=state.request_timeout,
+            timeout_s=state.request_timeout,
             body={
                 "env": self.data.env,
                 "task_id": self.data.task_id,
@@ -105,13 +107,17 @@ class GymTask(vf.Task[GymData, GymState, GymTaskConfig]):
         last = trace.messages[-1] if trace.messages else None
         if last is None or last.role != "assistant" or getattr(last, "tool_calls", None) or not last.content:
             return
-        result = await self._call(state, "POST", "/step", {"message": {"role": "assistant", "content": last.content}})
+        result = await self._call(
+            state, "POST", "/step", {"message": {"role": "assistant", "content": last.content}}
+        )
         state.steps += 1
         state.done, state.info = bool(result["done"]), dict(result["info"])
 
-    async def _call(self, state: GymState, method: str, action: str, body: dict[str, Any] | None = None) -> Any:
+    async def _call(
+        self, state: GymState, method: str, action: str, body: dict[str, Any] | None = None
+    ) -> Any:
         path = f"/v1/sessions/{state.session_id}{action}"
-        return await request(method, state.base_url, path, timeout=state.request_timeout, body=body)
+        return await request(method, state.base_url, path, timeout_s=state.request_timeout, body=body)
 
     @vf.stop
     async def episode_over(self, trace: vf.Trace) -> bool:
@@ -142,7 +148,12 @@ async def close_episode(state: GymState, failure: str | None = None) -> None:
     state.closed = True
     query = f"?failure={failure}" if failure else ""
     try:
-        await request("DELETE", state.base_url, f"/v1/sessions/{state.session_id}{query}", timeout=state.request_timeout)
+        await request(
+            "DELETE",
+            state.base_url,
+            f"/v1/sessions/{state.session_id}{query}",
+            timeout_s=state.request_timeout,
+        )
     except GymError as exc:
         if exc.status not in (404, 410):  # already gone: nothing left to close
             state.error = state.error or str(exc)
@@ -155,7 +166,11 @@ class GymTaskset(vf.Taskset[GymTask, GymConfig]):
 
     def load(self) -> Iterator[GymTask]:
         config = self.config
-        tasks = list_tasks(config.task.base_url, config.env, config.split, timeout=config.task.request_timeout)
+        if not config.env:
+            raise ValueError("name the gym environment: --env.taskset.env ENV")
+        tasks = list_tasks(
+            config.task.base_url, config.env, config.split, timeout=config.task.request_timeout
+        )
         if config.task_ids is not None:
             wanted = set(config.task_ids)
             missing = wanted - {task["id"] for task in tasks}
@@ -174,4 +189,3 @@ class GymTaskset(vf.Taskset[GymTask, GymConfig]):
                     split=config.split,
                 )
                 yield GymTask(data, config.task)
-

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+import verifiers.v1 as vf
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, Tool
 from pydantic import Field
 
-import verifiers.v1 as vf
 from gym_server_verifiers.gym import GymError, request
 
 __all__ = ["GymState", "GymToolset"]
@@ -84,7 +84,7 @@ class GymToolset(vf.Toolset[vf.SharedToolsetConfig, GymState]):
                 "POST",
                 state.base_url,
                 f"/v1/sessions/{state.session_id}/step",
-                timeout=state.request_timeout,
+                timeout_s=state.request_timeout,
                 body={"message": _assistant_call(name, arguments)},
             )
         except GymError as exc:
