@@ -100,7 +100,8 @@ class GymTask(vf.Task[GymData, GymState, GymTaskConfig]):
             state.error = str(exc)
         finally:
             await close_episode(state)
-        trace.info["gym"] |= state.model_dump(include={"steps", "done", "failure", "error", "info"})
+        shown = {"steps", "done", "components", "failure", "error", "info"}
+        trace.info["gym"] |= state.model_dump(include=shown)
 
     async def _send_final_answer(self, trace: vf.Trace, state: GymState) -> None:
         """A last assistant message without tool calls is the episode's answer: send it as a step."""

@@ -107,6 +107,7 @@ def test_scripted_tool_calls_are_gym_steps_and_rewards_are_the_gyms(
         )
         assert trace.rewards["gym"] is not None
         assert trace.rewards["gym"].score == stored["reward"] == 1.0
+        assert trace.info["gym"]["components"] == stored["components"]
         assert stored["policy"] == {"model": "scripted"}
         # The model was offered exactly the session's tools, and every call it made is a stored step.
         assert {tool.name for tool in trace.tools} == {tool["function"]["name"] for tool in stored["tools"]}
