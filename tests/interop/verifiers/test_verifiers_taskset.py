@@ -21,7 +21,7 @@ from typing import Any
 import gym_server_verifiers
 import pytest
 import verifiers.v1 as vf
-from conftest import Server, free_port, get_json
+from conftest import Gym, free_port
 from gym_server_verifiers import GymError, GymHarness, GymTaskset
 from scripted_policy import BAD_ARGUMENTS, serve_scripted_policy
 from verifiers.v1.cli.eval.runner import run_eval
@@ -54,7 +54,7 @@ def stored_tool_calls(stored: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
-def test_vf_load_environment_finds_the_taskset_and_lists_the_gyms_tasks(gym: Server) -> None:
+def test_vf_load_environment_finds_the_taskset_and_lists_the_gyms_tasks(gym: Gym) -> None:
     config = vf.resolve_env_config(
         {
             "taskset": {
@@ -71,7 +71,7 @@ def test_vf_load_environment_finds_the_taskset_and_lists_the_gyms_tasks(gym: Ser
     assert {h.id for h in config.agent_harnesses().values()} == {"gym-server-verifiers"}
     assert vf.utils.loaders.harness_class("gym-server-verifiers") is GymHarness
 
-    status, page = get_json(f"{gym.url}/v1/environments/counter/tasks?limit=1000")
+    status, page = gym.get("/v1/environments/counter/tasks?limit=1000")
     assert status == 200
     rows = list(env.taskset)
     assert len(rows) == 2 * page["total"]
@@ -87,9 +87,7 @@ def test_vf_load_environment_finds_the_taskset_and_lists_the_gyms_tasks(gym: Ser
     assert env.config.agent.runtime.type == "subprocess"
 
 
-def test_scripted_tool_calls_are_gym_steps_and_rewards_are_the_gyms(
-    gym: Server, eval_config: EvalData
-) -> None:
+def test_scripted_tool_calls_are_gym_steps_and_rewards_are_the_gyms(gym: Gym, eval_config: EvalData) -> None:
     """Scripted policy (`scripted_policy.py`: read, a bad `add`, adds to the target, submit); verifiers
     and the gym are real. Each tool call is one gym step; the bad argument gets the gym's own error as
     the tool result and the episode goes on to its end; the reward is the stored trajectory's."""
@@ -99,12 +97,8 @@ def test_scripted_tool_calls_are_gym_steps_and_rewards_are_the_gyms(
     assert len(traces) == 2
     for trace in traces:
         assert trace.ok and trace.stop_condition == "episode_over", trace.errors
-        stored = gym.stored(trace.info["gym"]["session_id"])
-        assert (stored["status"], stored["done_reason"], stored["run"]) == (
-            "completed",
-            "submitted",
-            "vf-scripted",
-        )
+        stored = gym.stored(trace.info["gym"]["session_id"], "completed")
+        assert (stored["done_reason"], stored["run"]) == ("submitted", "vf-scripted")
         assert trace.rewards["gym"] is not None
         assert trace.rewards["gym"].score == stored["reward"] == 1.0
         assert trace.info["gym"]["components"] == stored["components"]
@@ -133,18 +127,17 @@ def test_scripted_tool_calls_are_gym_steps_and_rewards_are_the_gyms(
 
 
 def test_the_gyms_tiny_policy_evaluated_through_verifiers(
-    gym: Server, tiny_policy: Server, eval_config: EvalData
+    gym: Gym, tiny_policy: str, eval_config: EvalData
 ) -> None:
     """A real OpenAI-compatible policy (random weights): whatever it says is played in the gym, its
     final plain-text reply as the episode's last step, and scored by the gym's verifier."""
-    data = eval_config(
-        gym, f"{tiny_policy.url}/v1", "tiny", run="vf-tiny", task_ids=["counter-0002", "counter-0003"]
-    )
+    data = eval_config(gym, tiny_policy, "tiny", run="vf-tiny", task_ids=["counter-0002", "counter-0003"])
     traces = evaluate(data)
     assert len(traces) == 2
     for trace in traces:
         assert trace.ok, trace.errors
-        stored = gym.stored(trace.info["gym"]["session_id"])
+        # Its random text is the episode's answer: `counter` ends on it ("answered").
+        stored = gym.stored(trace.info["gym"]["session_id"], "completed")
         assert trace.rewards["gym"] is not None
         assert trace.rewards["gym"].score == stored["reward"]
         assert stored["run"] == "vf-tiny" and stored["policy"] == {"model": "tiny"}
@@ -155,7 +148,7 @@ def test_the_gyms_tiny_policy_evaluated_through_verifiers(
             assert [m for m in stored["messages"] if m["role"] == "assistant"][-1]["content"] == last.content
 
 
-def test_vf_eval_cli_runs_offline_on_a_local_policy(gym: Server, tmp_path: Path) -> None:
+def test_vf_eval_cli_runs_offline_on_a_local_policy(gym: Gym, tmp_path: Path) -> None:
     """Scripted policy; the `vf-eval` command line, as a user types it, against local URLs only."""
     with serve_scripted_policy() as url:
         # fmt: off
@@ -172,12 +165,12 @@ def test_vf_eval_cli_runs_offline_on_a_local_policy(gym: Server, tmp_path: Path)
     assert done.returncode == 0, done.stderr[-4000:]
     [line] = (tmp_path / "cli" / "traces.jsonl").read_text().splitlines()
     [trace] = json.loads(line)["traces"]
-    stored = gym.stored(trace["info"]["gym"]["session_id"])
+    stored = gym.stored(trace["info"]["gym"]["session_id"], "completed")
     assert (stored["task_id"], stored["seed"], stored["run"]) == ("counter-0004", 3, "vf-cli")
     assert trace["rewards"]["gym"]["score"] == stored["reward"] == 1.0
 
 
-def test_an_unreachable_or_refusing_gym_is_an_error_not_a_zero(gym: Server) -> None:
+def test_an_unreachable_or_refusing_gym_is_an_error_not_a_zero(gym: Gym) -> None:
     nowhere = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(GymError, match="gym unreachable"):
         list(gym_server_verifiers.load_environment(nowhere, "counter").taskset)
@@ -188,29 +181,27 @@ def test_an_unreachable_or_refusing_gym_is_an_error_not_a_zero(gym: Server) -> N
 
 
 def test_a_gym_that_dies_mid_rollout_leaves_the_rollout_without_reward(
-    gym_of_its_own: Server, eval_config: EvalData
+    gym_with: Callable[..., Gym], eval_config: EvalData
 ) -> None:
     """Scripted policy; the gym is killed before the third model turn, so that turn's tool call
     cannot be stepped: the rollout stops, and scoring records the error instead of a reward."""
 
+    doomed = gym_with()
+
     def kill_gym(turn: int) -> None:
         if turn == 2:
-            gym_of_its_own.process.kill()
-            gym_of_its_own.process.wait()
+            doomed.process.kill()
+            doomed.process.wait()
 
     with serve_scripted_policy(before_turn=kill_gym) as url:
-        [trace] = evaluate(
-            eval_config(gym_of_its_own, url, "scripted", run="vf-dies", task_ids=["counter-0000"])
-        )
+        [trace] = evaluate(eval_config(doomed, url, "scripted", run="vf-dies", task_ids=["counter-0000"]))
     assert trace.rewards["gym"] is None and not trace.ok
     assert trace.info["gym"]["error"].startswith("gym unreachable")
     assert any("no reward: gym unreachable" in error.message for error in trace.errors)
     assert trace.stop_condition is not None
 
 
-def test_a_rollout_whose_policy_breaks_is_stored_as_a_policy_error(
-    gym: Server, eval_config: EvalData
-) -> None:
+def test_a_rollout_whose_policy_breaks_is_stored_as_a_policy_error(gym: Gym, eval_config: EvalData) -> None:
     """Scripted policy that fails (HTTP 500) on its second turn: verifiers skips `finalize` for a
     failed rollout, and the plugin's harness closes the episode with the gym's `policy_error` class."""
 
@@ -221,6 +212,6 @@ def test_a_rollout_whose_policy_breaks_is_stored_as_a_policy_error(
     with serve_scripted_policy(before_turn=break_policy) as url:
         [trace] = evaluate(eval_config(gym, url, "scripted", run="vf-broken", task_ids=["counter-0005"]))
     assert not trace.ok and trace.rewards.get("gym") is None
-    stored = gym.stored(trace.info["gym"]["session_id"])
-    assert (stored["status"], stored["failure"], stored["reward"]) == ("failed", "policy_error", None)
+    stored = gym.stored(trace.info["gym"]["session_id"], "failed")
+    assert (stored["failure"], stored["reward"]) == ("policy_error", None)
     assert stored_tool_calls(stored) == [("read", {})]
