@@ -3,7 +3,8 @@
 # For each peer: build (or reuse) its venv under var/interop/<peer> from its pinned requirements.txt, with
 # the interpreter its `python-version` file names (a pyenv version; the default python3 without one),
 # install the gym extras its `gym-extras` file names into the project's environment ($PYTHON), then run
-# its tests from its venv with its own pytest.ini; the gym servers they start run from $PYTHON.
+# its tests from its venv with its own pytest.ini; the gym servers they start run from $PYTHON. `-P` keeps
+# the repository root off sys.path: its `verifiers/` (the gym's verifiers) would shadow the verifiers peer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
@@ -34,6 +35,6 @@ for peer in "${peers[@]}"; do
     extras=$( { tr -d '[:space:]' < "$dir/gym-extras"; } 2>/dev/null || true)  # no file: no extras
     "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"
     echo "== $peer: tests"
-    GYM_INTEROP_PYTHON=$(command -v "$PYTHON") "$venv/bin/python" -m pytest -c "$dir/pytest.ini" "$dir" || status=1
+    GYM_INTEROP_PYTHON=$(command -v "$PYTHON") "$venv/bin/python" -P -m pytest -c "$dir/pytest.ini" "$dir" || status=1
 done
 exit $status

@@ -4,6 +4,7 @@ samplers that talk to it giving the same tokens as in-process sampling."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -114,7 +115,7 @@ async def test_concurrent_requests_share_batches(policy: httpx.AsyncClient, tiny
     [
         ({"model": "other", "prompt": [1], "max_tokens": 1}, 404, "does not exist"),
         ({"prompt": [10**6], "max_tokens": 1}, 400, "token ids"),
-        ({"prompt": [1], "max_tokens": 1, "stream": True}, 400, "stream"),
+        ({"prompt": [1], "max_tokens": 1, "stream": True}, 400, "stream=true"),
         ({"prompt": [1], "max_tokens": 10**6}, 400, "context length"),
         ({"prompt": [1], "max_tokens": 0}, 400, "max_tokens"),
         ({"prompt": [1], "max_tokens": 1, "stop": ["x"]}, 400, "stop strings"),
@@ -157,6 +158,44 @@ async def test_chat_renders_tools_and_parses_tool_calls(
     sample = await sampler.chat(messages, TOOLS, SamplingParams(max_tokens=8))
     assert sample.message["tool_calls"][0]["function"]["name"] == "add"
     await sampler.aclose()
+
+
+async def test_chat_streams_the_same_completion_as_chunks(
+    policy: httpx.AsyncClient, tiny_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent programs that only stream (verifiers' chat harness) get the completion the plain route
+    gives, as OpenAI chunks: the message in one delta (tool calls indexed), the finish reason, usage."""
+    messages = [{"role": "user", "content": "Add 3."}]
+    body = {"model": "tiny", "messages": messages, "tools": TOOLS, "max_tokens": 8, "seed": 5}
+    plain = (await policy.post("/v1/chat/completions", json=body)).json()
+    streamed = await policy.post(
+        "/v1/chat/completions", json={**body, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    events = [line.removeprefix("data: ") for line in streamed.text.split("\n\n") if line]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+    first, last, usage = chunks
+    assert first["choices"][0]["delta"]["content"] == plain["choices"][0]["message"]["content"]
+    assert last["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+    assert usage["choices"] == [] and usage["usage"] == plain["usage"]
+
+    call_ids = [
+        *tiny_tokenizer.encode(render_tool_call("add", {"amount": 3}), add_special_tokens=False),
+        tiny_tokenizer.eos_token_id,
+    ]
+
+    async def canned(request: GenerationRequest) -> GenerationOutput:
+        return GenerationOutput(call_ids, [-0.1] * len(call_ids), "stop")
+
+    monkeypatch.setattr(policy.app.state.policy.engine, "generate", canned)  # type: ignore[attr-defined]
+    streamed = await policy.post("/v1/chat/completions", json={**body, "stream": True})
+    first, last = (json.loads(e.removeprefix("data: ")) for e in streamed.text.split("\n\n")[:2])
+    call = first["choices"][0]["delta"]["tool_calls"][0]
+    assert call["index"] == 0 and call["function"] == {"name": "add", "arguments": '{"amount": 3}'}
+    assert last["choices"][0]["finish_reason"] == "tool_calls"
+    assert streamed.text.endswith("data: [DONE]\n\n")
 
 
 async def test_http_and_in_process_samplers_give_the_same_tokens(

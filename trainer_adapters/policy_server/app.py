@@ -11,7 +11,8 @@ fields it implements have vLLM's names and shapes:
   included in `token_ids` when sampling stopped on it, as vLLM does);
 - `POST /v1/chat/completions`: messages and tools rendered by the chat template, Hermes tool calls
   parsed into `message.tool_calls` (`finish_reason: "tool_calls"`), `logprobs`, `return_token_ids`
-  (top-level `prompt_token_ids`, `choices[].token_ids`);
+  (top-level `prompt_token_ids`, `choices[].token_ids`), and `stream` (the finished completion as
+  server-sent chunks; `stream_options.include_usage` adds the usage chunk);
 - `POST /tokenize` (a `prompt`, or `messages` + `tools` through the chat template) and
   `POST /detokenize`, so a driver without the tokenizer (the gym's `POST /v1/rollouts`) can render.
 
@@ -22,14 +23,15 @@ Concurrent requests share batches through one `BatchingEngine`. Errors are OpenA
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from gym_server.trainer_adapters.chat import ChatRenderer
 from gym_server.trainer_adapters.generation import BatchingEngine, GenerationOutput, GenerationRequest
@@ -219,6 +221,32 @@ async def _chat(policy: _Policy, body: ChatRequest) -> dict[str, Any]:
     return answer
 
 
+def _chat_events(answer: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
+    """A finished chat completion as OpenAI's stream: per choice one chunk with the whole message as
+    its delta (tool calls indexed, as stream deltas are), one with its finish reason; then the usage
+    chunk when asked for, and `[DONE]`. Sampling is not incremental, so nothing arrives earlier."""
+    head = {key: answer[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def event(payload: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    for choice in answer["choices"]:
+        message = choice["message"]
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        index = choice["index"]
+        first = {"index": index, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}
+        if "token_ids" in choice:
+            first["token_ids"] = choice["token_ids"]
+        yield event(head | {"choices": [first]})
+        last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+        yield event(head | {"choices": [last]})
+    if include_usage:
+        yield event(head | {"choices": [], "usage": answer["usage"]})
+    yield b"data: [DONE]\n\n"
+
+
 router = APIRouter()
 
 
@@ -263,7 +291,11 @@ async def chat(body: ChatRequest, policy: PolicyDep) -> Any:
     reason = body.unsupported()
     if reason:
         raise PolicyServerError(reason)
-    return await _chat(policy, body)
+    answer = await _chat(policy, body)
+    if not body.stream:
+        return answer
+    include_usage = bool((body.stream_options or {}).get("include_usage"))
+    return StreamingResponse(_chat_events(answer, include_usage), media_type="text/event-stream")
 
 
 @router.post("/tokenize")

@@ -2,12 +2,12 @@
 
 Unknown fields are ignored rather than refused, as vLLM and OpenAI clients send many (`stream: false`,
 `user`, `frequency_penalty` at its default...). Fields that would change the output and are not
-implemented (`stream: true`, `echo`, `best_of`, penalties) are refused with a 400.
+implemented (`stream: true` on `/v1/completions`, `echo`, `best_of`, penalties) are refused with a 400.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,7 @@ __all__ = ["ChatRequest", "CompletionRequest", "DetokenizeRequest", "TokenizeReq
 
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="allow")
+    STREAMS: ClassVar[bool] = False  # whether the route answers `stream: true`
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -29,8 +30,8 @@ class _Sampling(BaseModel):
 
     def unsupported(self) -> str | None:
         """Why this request cannot be served as asked, or None."""
-        if self.stream:
-            return "stream=true is not supported by the local policy server"
+        if self.stream and not self.STREAMS:
+            return "stream=true is not supported by the local policy server on this route"
         extra = self.model_extra or {}
         for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
             if extra.get(name) not in (None, 0, 0.0) and not (
@@ -54,7 +55,12 @@ class CompletionRequest(_Sampling):
 
 
 class ChatRequest(_Sampling):
-    """POST /v1/chat/completions: messages and tools, rendered with the model's chat template."""
+    """POST /v1/chat/completions: messages and tools, rendered with the model's chat template.
+
+    `stream: true` is answered as OpenAI's stream of chunks (see `app._chat_events`), for agent
+    programs that only stream (verifiers' chat harness)."""
+
+    STREAMS: ClassVar[bool] = True
 
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
@@ -62,6 +68,7 @@ class ChatRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     max_completion_tokens: int | None = Field(None, ge=1)
+    stream_options: dict[str, Any] | None = None
 
 
 class TokenizeRequest(BaseModel):
