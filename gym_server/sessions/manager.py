@@ -19,6 +19,7 @@ import math
 import secrets
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -130,6 +131,10 @@ class SessionManager:
     @property
     def live_count(self) -> int:
         return len(self._live)
+
+    def live_by_env(self) -> dict[str, int]:
+        """Open sessions per environment name (the inspector's live page)."""
+        return dict(Counter(session.entry.name for session in self._live.values()))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

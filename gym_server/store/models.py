@@ -18,7 +18,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, String, Table, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
@@ -73,6 +84,17 @@ class Trajectory(Base):
     """One episode, live or finished: the durable form of a `TrajectoryRecord`."""
 
     __tablename__ = "trajectories"
+    # The rollout inspector's indexes (revision 0002), covering its aggregates so they never read the wide
+    # rows: runs and their curves (run, time, reward, failure), keyset pages by run, by env and unfiltered
+    # on (created_at, id), per-task means for comparisons, and the version filters.
+    __table_args__ = (
+        Index("ix_trajectories_run_page", "run", "created_at", "id", "reward", "failure"),
+        Index("ix_trajectories_run_task", "run", "task_id", "reward"),
+        Index("ix_trajectories_env_page", "env", "created_at", "id"),
+        Index("ix_trajectories_page", "created_at", "id"),
+        Index("ix_trajectories_env_version", "env_version"),
+        Index("ix_trajectories_verifier_version", "verifier_version"),
+    )
 
     id: Mapped[trajectory_id] = mapped_column(primary_key=True)
     run: Mapped[name | None] = mapped_column(index=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, Executable, Row, Select, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -29,6 +29,7 @@ __all__ = [
     "RescoreRecord",
     "TrajectoryFilter",
     "add_rescore",
+    "count_matching",
     "count_trajectories",
     "get_trajectory",
     "list_rescores",
@@ -43,7 +44,11 @@ __all__ = [
 
 
 class TrajectoryFilter(BaseModel):
-    """Which stored trajectories a list, count or export means; a None field does not filter."""
+    """Which stored trajectories a list, count, export or inspector page means; a None field does not filter.
+
+    Every read that selects trajectories builds its WHERE from `clauses()`, so a field added here (a
+    tenant, say) scopes all of them at once.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -51,11 +56,30 @@ class TrajectoryFilter(BaseModel):
     env: str | None = None
     task_id: str | None = None
     status: TrajectoryStatus | None = None
+    env_version: str | None = None
+    verifier_version: str | None = None
+    policy: str | None = Field(None, description="the policy's `model` name")
+    created_from: datetime | None = Field(None, description="created at or after")
+    created_to: datetime | None = Field(None, description="created before")
 
     def clauses(self) -> list[ColumnElement[bool]]:
         columns = trajectories_table.c
-        wanted = {"run": self.run, "env": self.env, "task_id": self.task_id, "status": self.status}
-        return [columns[key] == value for key, value in wanted.items() if value is not None]
+        wanted = {
+            "run": self.run,
+            "env": self.env,
+            "task_id": self.task_id,
+            "status": self.status,
+            "env_version": self.env_version,
+            "verifier_version": self.verifier_version,
+        }
+        clauses = [columns[key] == value for key, value in wanted.items() if value is not None]
+        if self.policy is not None:
+            clauses.append(columns.policy["model"].as_string() == self.policy)
+        if self.created_from is not None:
+            clauses.append(columns.created_at >= self.created_from)
+        if self.created_to is not None:
+            clauses.append(columns.created_at < self.created_to)
+        return clauses
 
 
 class RescoreRecord(BaseModel):
@@ -174,7 +198,7 @@ def page_trajectories(
         total = values.pop(_TOTAL_LABEL)
         records.append(TrajectoryRecord.model_validate(values))
     if not records and offset > 0:
-        total = count_trajectories(session, **where.model_dump())
+        total = count_matching(session, where)
     return records, total
 
 
@@ -187,7 +211,11 @@ def count_trajectories(
     status: TrajectoryStatus | None = None,
 ) -> int:
     """How many stored records match every given filter."""
-    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    return count_matching(session, TrajectoryFilter(run=run, env=env, task_id=task_id, status=status))
+
+
+def count_matching(session: Session, where: TrajectoryFilter) -> int:
+    """How many stored records match `where`."""
     statement = select(func.count()).select_from(trajectories_table).where(*where.clauses())
     return session.execute(statement).scalar_one()
 

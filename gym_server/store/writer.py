@@ -326,6 +326,13 @@ class TrajectoryStore:
         """Every re-score of one trajectory, oldest first."""
         return await self._call(partial(repository.list_rescores, trajectory_id=trajectory_id))
 
+    async def read(self, query: Callable[[Session], T]) -> T:
+        """Run a read-only `query` (a `store.inspector` function, say) in a worker thread.
+
+        Outages become `StoreUnavailable` (a 503), as for every other read of the store.
+        """
+        return await self._call(query)
+
     async def ping(self) -> bool:
         """Whether the database answers `SELECT 1` (for readiness probes); never raises."""
         try:

@@ -19,13 +19,22 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0001"
+    assert current_revision(empty_url) == head_revision() == "0002"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
         assert set(inspector.get_table_names()) == {"alembic_version", "trajectories", "rescores"}
         indexed = {tuple(index["column_names"]) for index in inspector.get_indexes("trajectories")}
-        assert indexed == {("run",), ("env",), ("task_id",), ("status",), ("created_at",), ("server_name",)}
+        assert indexed == {
+            *[(column,) for column in ("run", "env", "task_id", "status", "created_at", "server_name")],
+            # the rollout inspector's (revision 0002)
+            ("run", "created_at", "id", "reward", "failure"),
+            ("run", "task_id", "reward"),
+            ("env", "created_at", "id"),
+            ("created_at", "id"),
+            ("env_version",),
+            ("verifier_version",),
+        }
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})
             assert compare_metadata(context, Base.metadata) == []  # the revision matches the models

@@ -1,0 +1,36 @@
+"""The rollout inspector's indexes: covering run aggregates, keyset pages, per-task means, version filters.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-25
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0002"
+down_revision: str | Sequence[str] | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_INDEXES: dict[str, list[str]] = {
+    "ix_trajectories_run_page": ["run", "created_at", "id", "reward", "failure"],
+    "ix_trajectories_run_task": ["run", "task_id", "reward"],
+    "ix_trajectories_env_page": ["env", "created_at", "id"],
+    "ix_trajectories_page": ["created_at", "id"],
+    "ix_trajectories_env_version": ["env_version"],
+    "ix_trajectories_verifier_version": ["verifier_version"],
+}
+
+
+def upgrade() -> None:
+    for name, columns in _INDEXES.items():
+        op.create_index(name, "trajectories", columns)
+
+
+def downgrade() -> None:
+    for name in reversed(_INDEXES):
+        op.drop_index(name, table_name="trajectories")
