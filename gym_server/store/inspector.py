@@ -18,7 +18,8 @@ from sqlalchemy import ColumnElement, Float, Integer, and_, case, cast, func, or
 from sqlalchemy.orm import Session
 
 from gym_server.store.models import trajectories_table
-from gym_server.store.repository import TrajectoryFilter
+from gym_server.store.records import TrajectoryRecord
+from gym_server.store.repository import TrajectoryFilter, row_to_record
 
 __all__ = [
     "SUCCESS_REWARD",
@@ -28,6 +29,7 @@ __all__ = [
     "TaskReward",
     "TrajectoryRow",
     "curves",
+    "find_trajectory",
     "run_summaries",
     "task_rewards",
     "trajectory_page",
@@ -116,7 +118,7 @@ def curves(session: Session, where: TrajectoryFilter, runs: list[str], *, bucket
     bucket = cast((epoch - start) / width, Integer)
     count = min(buckets, int((end - start) / width) + 1)
     times = [start + index * width for index in range(count)]
-    reward = {run: [None] * count for run in runs}
+    reward: dict[str, list[float | None]] = {run: [None] * count for run in runs}
     success: dict[str, list[float | None]] = {run: [None] * count for run in runs}
     by_run = (
         select(_columns.run, bucket.label("bucket"), func.avg(_columns.reward), func.avg(_success()))
@@ -135,7 +137,7 @@ def curves(session: Session, where: TrajectoryFilter, runs: list[str], *, bucket
     )
     for failure, index, number in session.execute(by_class):
         failures.setdefault(failure, [0] * count)[min(int(index), count - 1)] += int(number)
-    return Curves(times, dict(reward), success, dict(sorted(failures.items())))
+    return Curves(times, reward, success, dict(sorted(failures.items())))
 
 
 def _epoch_seconds(session: Session) -> ColumnElement[float]:
@@ -206,6 +208,13 @@ def trajectory_page(
         return rows, None
     rows = rows[:limit]
     return rows, PageCursor(created_at=rows[-1].created_at, id=rows[-1].id)
+
+
+def find_trajectory(session: Session, where: TrajectoryFilter, trajectory_id: str) -> TrajectoryRecord | None:
+    """The stored trajectory with this id if `where` keeps it, else None (so a scoped reader sees a 404)."""
+    statement = select(trajectories_table).where(_columns.id == trajectory_id, *where.clauses())
+    row = session.execute(statement).first()
+    return None if row is None else row_to_record(row)
 
 
 class TaskReward(BaseModel):
