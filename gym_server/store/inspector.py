@@ -114,9 +114,10 @@ def curves(session: Session, where: TrajectoryFilter, runs: list[str], *, bucket
     if span[0] is None:
         return Curves([], {run: [] for run in runs}, {run: [] for run in runs}, {})
     start, end = float(span[0]), float(span[1])
-    width = max((end - start) / buckets, 1.0)
-    bucket = cast((epoch - start) / width, Integer)
-    count = min(buckets, int((end - start) / width) + 1)
+    # Slightly wider than span/buckets, so the newest episode falls in the last bucket, not one past it.
+    width = (end - start) / (buckets - 0.001) if end > start else 1.0
+    bucket = _floor(session, (epoch - start) / width)
+    count = buckets if end > start else 1
     times = [start + index * width for index in range(count)]
     reward: dict[str, list[float | None]] = {run: [None] * count for run in runs}
     success: dict[str, list[float | None]] = {run: [None] * count for run in runs}
@@ -126,9 +127,8 @@ def curves(session: Session, where: TrajectoryFilter, runs: list[str], *, bucket
         .group_by(_columns.run, bucket)
     )
     for run, index, mean, rate in session.execute(by_run):
-        slot = min(int(index), count - 1)
-        reward[run][slot] = None if mean is None else float(mean)
-        success[run][slot] = float(rate)
+        reward[run][int(index)] = None if mean is None else float(mean)
+        success[run][int(index)] = float(rate)
     failures: dict[str, list[int]] = {}
     by_class = (
         select(_columns.failure, bucket.label("bucket"), func.count())
@@ -136,7 +136,7 @@ def curves(session: Session, where: TrajectoryFilter, runs: list[str], *, bucket
         .group_by(_columns.failure, bucket)
     )
     for failure, index, number in session.execute(by_class):
-        failures.setdefault(failure, [0] * count)[min(int(index), count - 1)] += int(number)
+        failures.setdefault(failure, [0] * count)[int(index)] = int(number)
     return Curves(times, reward, success, dict(sorted(failures.items())))
 
 
@@ -145,6 +145,13 @@ def _epoch_seconds(session: Session) -> ColumnElement[float]:
     if session.get_bind().dialect.name == "sqlite":
         return cast((func.julianday(_columns.created_at) - 2440587.5) * 86400.0, Float)
     return cast(func.extract("epoch", _columns.created_at), Float)
+
+
+def _floor(session: Session, value: ColumnElement[float]) -> ColumnElement[int]:
+    """`value` rounded down: SQLite's CAST truncates (enough, as values are >= 0), Postgres's rounds."""
+    if session.get_bind().dialect.name == "sqlite":
+        return cast(value, Integer)
+    return cast(func.floor(value), Integer)
 
 
 def _aware(value: datetime | str) -> datetime:
