@@ -4,7 +4,7 @@
   failed with `sandbox_timeout` (no reward): 5 trajectories, mean reward 0.625, success 2/5, 1 failure.
 - `improved` (policy tiny-b, verifier v2): t1..t4 score 1, 1, 0, 0.75: mean 0.6875, success 2/4. Against
   baseline, t2 (+1) and t4 (+0.25) got better, t3 (-1) worse, t1 unchanged.
-- `math-run` (env math, January): one episode, outside a November date filter.
+- `math-run` (env math, 10 November): one episode, before the others.
 - `showcase` (baseline's t1): a tool call with Python code, a 60-line tool result, token data per turn,
   and two re-scores (1 -> 0.5 -> 1).
 """
@@ -105,7 +105,7 @@ def populate(url: str) -> None:
     improved = day + timedelta(days=1)
     for offset, (task, reward) in enumerate({"t1": 1.0, "t2": 1.0, "t3": 0.0, "t4": 0.75}.items()):
         records.append(_record("improved", task, reward, improved + timedelta(minutes=10 * offset)))
-    records.append(_record("math-run", "m1", 1.0, datetime(2026, 1, 5, tzinfo=UTC), env="math"))
+    records.append(_record("math-run", "m1", 1.0, datetime(2026, 11, 10, tzinfo=UTC), env="math"))
     engine = make_engine(url)
     try:
         with Session(engine) as session, session.begin():

@@ -46,7 +46,7 @@ def test_run_summaries_page_and_total(populated_session: Session) -> None:
         ({"policy": "tiny-b"}, {"improved"}),
         ({"verifier_version": "v1"}, {"baseline", "math-run"}),
         ({"env_version": "ev1"}, {"baseline", "improved", "math-run"}),
-        ({"created_from": datetime(2026, 11, 1, tzinfo=UTC)}, {"baseline", "improved"}),
+        ({"created_from": datetime(2026, 11, 15, tzinfo=UTC)}, {"baseline", "improved"}),
         ({"created_to": datetime(2026, 11, 21, tzinfo=UTC)}, {"baseline", "math-run"}),
         ({"env_version": "nope"}, set()),
     ],

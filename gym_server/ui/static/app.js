@@ -5,7 +5,14 @@
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
 function seriesOf(names) {
-  return names.map((name, i) => ({ label: name, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true }));
+  // Points always shown: a run that fills one time bucket is a point, not a line.
+  return names.map((name, i) => ({
+    label: name,
+    stroke: PALETTE[i % PALETTE.length],
+    width: 2,
+    spanGaps: true,
+    points: { show: true, size: 7, fill: PALETTE[i % PALETTE.length] },
+  }));
 }
 
 function drawChart(element, data) {
