@@ -60,9 +60,28 @@ class RunSummary(BaseModel):
 def run_summaries(
     session: Session, where: TrajectoryFilter, *, offset: int = 0, limit: int = 20
 ) -> tuple[list[RunSummary], int]:
-    """A page of runs, most recently active first, and how many runs match in all (one statement)."""
-    last_at = func.max(_columns.created_at)
-    statement = (
+    """A page of runs, most recently active first, and how many runs match in all.
+
+    Two statements (the caller's one transaction): the page's runs by last activity, which reads only
+    `(run, created_at)` from the covering index, then the aggregates of those runs alone. Aggregating
+    every run to show twenty cost twice as much on a store of a million rows.
+    """
+    scoped = [_columns.run.is_not(None), *where.clauses()]
+    runs_total = func.count().over().label("runs_total")
+    ranked = (
+        select(_columns.run, runs_total)
+        .where(*scoped)
+        .group_by(_columns.run)
+        .order_by(func.max(_columns.created_at).desc(), _columns.run)
+        .offset(offset)
+        .limit(limit)
+    )
+    page = session.execute(ranked).all()
+    if not page:
+        distinct = select(func.count(func.distinct(_columns.run))).where(*scoped)
+        return [], session.execute(distinct).scalar_one() if offset else 0
+    order = {row.run: position for position, row in enumerate(page)}
+    aggregates = (
         select(
             _columns.run,
             func.count().label("count"),
@@ -70,24 +89,19 @@ def run_summaries(
             func.avg(_success()).label("success_rate"),
             func.count(_columns.failure).label("failures"),
             func.min(_columns.created_at).label("first_at"),
-            last_at.label("last_at"),
-            func.count().over().label("runs_total"),
+            func.max(_columns.created_at).label("last_at"),
         )
-        .where(_columns.run.is_not(None), *where.clauses())
+        .where(_columns.run.in_(list(order)), *scoped)
         .group_by(_columns.run)
-        .order_by(last_at.desc(), _columns.run)
-        .offset(offset)
-        .limit(limit)
     )
-    total = 0
     summaries = []
-    for row in session.execute(statement):
+    for row in session.execute(aggregates):
         values = row._asdict()
-        total = values.pop("runs_total")
         values["first_at"] = _aware(values["first_at"])
         values["last_at"] = _aware(values["last_at"])
         summaries.append(RunSummary.model_validate(values))
-    return summaries, total
+    summaries.sort(key=lambda summary: order[summary.run])
+    return summaries, page[0].runs_total
 
 
 @dataclass(frozen=True, slots=True)
