@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0002"
@@ -27,19 +26,11 @@ _INDEXES: dict[str, list[str]] = {
 }
 
 
-# The policy's model name, spelled as `store.models.policy_model` spells it for each dialect: an
-# expression index is used only by a query whose expression is the same.
-_POLICY_MODEL = {"sqlite": "json_extract(policy, '$.model')", "postgresql": "(policy ->> 'model')"}
-
-
 def upgrade() -> None:
     for name, columns in _INDEXES.items():
         op.create_index(name, "trajectories", columns)
-    dialect = op.get_bind().dialect.name
-    op.create_index("ix_trajectories_policy_model", "trajectories", [sa.text(_POLICY_MODEL[dialect])])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_trajectories_policy_model", table_name="trajectories")
     for name in reversed(_INDEXES):
         op.drop_index(name, table_name="trajectories")
