@@ -111,19 +111,8 @@ def populate(url: str) -> None:
         with Session(engine) as session, session.begin():
             upsert_trajectories(session, records)
             session.flush()
-            add_rescore(
-                session,
-                SHOWCASE,
-                reward=0.5,
-                components={"correct": 0.5, "format": 1.0},
-                verifier_version="v1.1",
-            )
-            add_rescore(
-                session,
-                SHOWCASE,
-                reward=1.0,
-                components={"correct": 1.0, "format": 1.0},
-                verifier_version="v2",
-            )
+            for reward, version in ((0.5, "v1.1"), (1.0, "v2")):
+                components = {"correct": reward, "format": 1.0}
+                add_rescore(session, SHOWCASE, reward=reward, components=components, verifier_version=version)
     finally:
         engine.dispose()
