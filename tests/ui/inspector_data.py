@@ -5,6 +5,7 @@
 - `improved` (policy tiny-b, verifier v2): t1..t4 score 1, 1, 0, 0.75: mean 0.6875, success 2/4. Against
   baseline, t2 (+1) and t4 (+0.25) got better, t3 (-1) worse, t1 unchanged.
 - `math-run` (env math, 10 November): one episode, before the others.
+- `hostile` (baseline's t3): markup and script in a message, a fence, a tool name and bad arguments.
 - `showcase` (baseline's t1): a tool call with Python code, a 60-line tool result, token data per turn,
   and two re-scores (1 -> 0.5 -> 1).
 """
@@ -42,6 +43,23 @@ SHOWCASE_MESSAGES: list[dict[str, Any]] = [
     },
     {"role": "tool", "tool_call_id": "call_1", "name": "run_python", "content": LONG_OUTPUT},
     {"role": "assistant", "content": "The answer is 5:\n```python\nprint(2 + 3)\n```"},
+]
+# Model and tool output is data, never markup: the page must show these as text and run nothing.
+HOSTILE = "hostile"
+HOSTILE_MARKUP = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+HOSTILE_MESSAGES: list[dict[str, Any]] = [
+    {"role": "user", "content": HOSTILE_MARKUP},
+    {
+        "role": "assistant",
+        "content": "```</pre><script>alert(3)</script>\nx = 1\n```",
+        "tool_calls": [
+            {
+                "id": "<b>id</b>",
+                "type": "function",
+                "function": {"name": "<i>tool</i>", "arguments": "{not json"},
+            }
+        ],
+    },
 ]
 SHOWCASE_TURNS: list[dict[str, Any]] = [
     {"turn": 0, "prompt_ids": list(range(40)), "env_ids": [], "completion_ids": list(range(12))},
@@ -91,7 +109,7 @@ def populate(url: str) -> None:
             metadata={"group": "g-7"},
         ),
         _record("baseline", "t2", 0.0, day + timedelta(minutes=10)),
-        _record("baseline", "t3", 1.0, day + timedelta(minutes=20)),
+        _record("baseline", "t3", 1.0, day + timedelta(minutes=20), id=HOSTILE, messages=HOSTILE_MESSAGES),
         _record("baseline", "t4", 0.5, day + timedelta(minutes=30)),
         _record(
             "baseline",

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from conftest import ServerProcess, free_port
 from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, Request, expect, sync_playwright
-from ui.inspector_data import SHOWCASE, populate
+from ui.inspector_data import HOSTILE, HOSTILE_MARKUP, SHOWCASE, populate
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts" / "ui"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -138,6 +138,9 @@ def test_filters_narrow_the_runs(page: Page) -> None:
     page.goto("/ui/runs?since=2026-11-15")
     expect(page.locator("tr[data-run=math-run]")).to_have_count(0)
     expect(page.locator("tbody tr[data-run]")).to_have_count(2)
+    page.goto("/ui/runs?until=2026-11-20")  # the whole last day counts: baseline ran at 10:00 on it
+    expect(page.locator("tbody tr[data-run]")).to_have_count(2)
+    expect(page.locator("tr[data-run=improved]")).to_have_count(0)
     page.goto("/ui/runs?env=math")
     expect(page.locator("tbody tr[data-run]")).to_have_count(1)
     expect(page.locator("tr[data-run=math-run]")).to_be_visible()
@@ -223,3 +226,14 @@ def test_assets_are_served_from_the_package(server: ServerProcess) -> None:
         assert httpx.get(f"{server.url}/ui/static/{asset}").status_code == 200, asset
     timing = httpx.get(f"{server.url}/ui/runs").headers["server-timing"]
     assert timing.startswith("app;dur=")
+
+
+def test_model_output_is_shown_as_text_and_runs_nothing(page: Page) -> None:
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(f"/ui/trajectories/{HOSTILE}")
+    expect(page.locator(".role-user .text")).to_have_text(HOSTILE_MARKUP)
+    expect(page.locator(".tool-call .tool-name")).to_have_text("<i>tool</i>")
+    expect(page.locator(".tool-call")).to_contain_text("{not json")  # bad arguments shown as written
+    expect(page.locator("main img, main script, main i, main b")).to_have_count(0)
+    assert dialogs == []
