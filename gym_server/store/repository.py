@@ -22,7 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gym_server.errors import RolloutNotFound
-from gym_server.store.models import Rescore, Trajectory, trajectories_table
+from gym_server.store.models import PolicyModel, Rescore, Trajectory, trajectories_table
 from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 
 __all__ = [
@@ -74,7 +74,7 @@ class TrajectoryFilter(BaseModel):
         }
         clauses = [columns[key] == value for key, value in wanted.items() if value is not None]
         if self.policy is not None:
-            clauses.append(columns.policy["model"].as_string() == self.policy)
+            clauses.append(PolicyModel(columns.policy) == self.policy)
         if self.created_from is not None:
             clauses.append(columns.created_at >= self.created_from)
         if self.created_to is not None:

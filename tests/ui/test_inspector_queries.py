@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 from ui.inspector_data import SHOWCASE
 
@@ -114,3 +115,20 @@ def test_compare_finds_better_and_worse_tasks(populated_session: Session) -> Non
         inspector.task_rewards(populated_session, TrajectoryFilter(policy="tiny-b")),
     )
     assert [row.task_id for row in by_policy.better] == ["t2", "t4"]
+
+
+def test_the_policy_filter_reads_its_expression_index(populated_session: Session) -> None:
+    # The policy's model lives in a JSON column: without the index of revision 0002 the filter reads every
+    # row whole (transcripts included). The plan must name the index.
+    statement = select(func.count()).where(*TrajectoryFilter(policy="tiny-a").clauses())
+    compiled = statement.compile(populated_session.get_bind(), compile_kwargs={"literal_binds": True})
+    if populated_session.get_bind().dialect.name == "sqlite":
+        plan = " ".join(str(row) for row in populated_session.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    else:
+        populated_session.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = " ".join(str(row) for row in populated_session.execute(text(f"EXPLAIN {compiled}")))
+        populated_session.rollback()
+    assert "ix_trajectories_policy_model" in plan
+    assert (
+        inspector.task_rewards(populated_session, TrajectoryFilter(policy="tiny-b"))["t2"].reward_mean == 1.0
+    )

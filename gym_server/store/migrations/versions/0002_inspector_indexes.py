@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0002"
@@ -26,11 +27,22 @@ _INDEXES: dict[str, list[str]] = {
 }
 
 
+# The policy's model name, spelled as `store.models.PolicyModel` spells it for each dialect (an expression
+# index serves only a query that spells the same expression), then the columns the inspector reads beside
+# it, so a policy filter reads the index, not the rows.
+_POLICY_MODEL = {"sqlite": "json_extract(policy, '$.model')", "postgresql": "(policy ->> 'model')"}
+_BESIDE_POLICY = ["env", "run", "created_at", "task_id", "reward", "failure"]
+
+
 def upgrade() -> None:
     for name, columns in _INDEXES.items():
         op.create_index(name, "trajectories", columns)
+    dialect = op.get_bind().dialect.name
+    expression = sa.text(_POLICY_MODEL[dialect])
+    op.create_index("ix_trajectories_policy_model", "trajectories", [expression, *_BESIDE_POLICY])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_trajectories_policy_model", table_name="trajectories")
     for name in reversed(_INDEXES):
         op.drop_index(name, table_name="trajectories")
