@@ -140,6 +140,8 @@ async def measure(url: str, repeats: int) -> list[tuple[str, list[float]]]:
                 "/ui/runs",
                 "/ui/runs?page=2",
                 "/ui/runs?env=math&policy=tiny-a",
+                "/ui/runs?policy=tiny-b",
+                "/ui/runs?verifier_version=v2",
                 "/ui/runs?since=2026-10-10&until=2026-10-12",
                 "/ui/trajectories",
                 "/ui/trajectories?run=run-0003",

@@ -95,16 +95,24 @@ class Trajectory(Base):
     """One episode, live or finished: the durable form of a `TrajectoryRecord`."""
 
     __tablename__ = "trajectories"
-    # The rollout inspector's indexes (revision 0002), covering its aggregates so they never read the wide
-    # rows: runs and their curves (run, time, reward, failure), keyset pages by run, by env and unfiltered
-    # on (created_at, id), per-task means for comparisons, and the version filters.
+    # The rollout inspector's indexes (revision 0002), covering what its pages read so they never read the
+    # wide rows (transcripts): runs, their curves and per-task means by run; keyset pages and run
+    # aggregates by env; the version filters. The policy filter's index is below the class.
     __table_args__ = (
-        Index("ix_trajectories_run_page", "run", "created_at", "id", "reward", "failure"),
-        Index("ix_trajectories_run_task", "run", "task_id", "reward"),
+        Index("ix_trajectories_run_page", "run", "created_at", "id", "task_id", "reward", "failure"),
         Index("ix_trajectories_env_page", "env", "created_at", "id", "run", "reward", "failure"),
-        Index("ix_trajectories_page", "created_at", "id"),
-        Index("ix_trajectories_env_version", "env_version"),
-        Index("ix_trajectories_verifier_version", "verifier_version"),
+        Index(
+            "ix_trajectories_env_version", "env_version", "run", "created_at", "task_id", "reward", "failure"
+        ),
+        Index(
+            "ix_trajectories_verifier_version",
+            "verifier_version",
+            "run",
+            "created_at",
+            "task_id",
+            "reward",
+            "failure",
+        ),
     )
 
     id: Mapped[trajectory_id] = mapped_column(primary_key=True)

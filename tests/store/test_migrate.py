@@ -38,12 +38,10 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
         assert indexed == {
             *[(column,) for column in ("run", "env", "task_id", "status", "created_at", "server_name")],
             # the rollout inspector's (revision 0002)
-            ("run", "created_at", "id", "reward", "failure"),
-            ("run", "task_id", "reward"),
+            ("run", "created_at", "id", "task_id", "reward", "failure"),
             ("env", "created_at", "id", "run", "reward", "failure"),
-            ("created_at", "id"),
-            ("env_version",),
-            ("verifier_version",),
+            ("env_version", "run", "created_at", "task_id", "reward", "failure"),
+            ("verifier_version", "run", "created_at", "task_id", "reward", "failure"),
         }
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})

@@ -1,4 +1,4 @@
-"""The rollout inspector's indexes: covering run aggregates, keyset pages, per-task means, version filters.
+"""The rollout inspector's indexes: covering run aggregates, keyset pages, per-task means and every filter.
 
 Revision ID: 0002
 Revises: 0001
@@ -17,13 +17,12 @@ down_revision: str | Sequence[str] | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+_BESIDE = ["run", "created_at", "task_id", "reward", "failure"]
 _INDEXES: dict[str, list[str]] = {
-    "ix_trajectories_run_page": ["run", "created_at", "id", "reward", "failure"],
-    "ix_trajectories_run_task": ["run", "task_id", "reward"],
+    "ix_trajectories_run_page": ["run", "created_at", "id", "task_id", "reward", "failure"],
     "ix_trajectories_env_page": ["env", "created_at", "id", "run", "reward", "failure"],
-    "ix_trajectories_page": ["created_at", "id"],
-    "ix_trajectories_env_version": ["env_version"],
-    "ix_trajectories_verifier_version": ["verifier_version"],
+    "ix_trajectories_env_version": ["env_version", *_BESIDE],
+    "ix_trajectories_verifier_version": ["verifier_version", *_BESIDE],
 }
 
 
@@ -31,7 +30,7 @@ _INDEXES: dict[str, list[str]] = {
 # index serves only a query that spells the same expression), then the columns the inspector reads beside
 # it, so a policy filter reads the index, not the rows.
 _POLICY_MODEL = {"sqlite": "json_extract(policy, '$.model')", "postgresql": "(policy ->> 'model')"}
-_BESIDE_POLICY = ["env", "run", "created_at", "task_id", "reward", "failure"]
+_BESIDE_POLICY = ["env", *_BESIDE]
 
 
 def upgrade() -> None:
