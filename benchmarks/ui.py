@@ -8,7 +8,8 @@ each page `--repeats` times through httpx's ASGI transport, reading the server's
 `Server-Timing` header the inspector sets. The target: every page under 300 ms at N = 1,000,000.
 
     python benchmarks/ui.py --n 20000                 # a smoke run (seconds)
-    python benchmarks/ui.py --n 1000000 --db var/ui-1m.sqlite   # the full run (generation: minutes)
+    python benchmarks/ui.py --n 1000000 --db var/bench/ui-1m.sqlite   # the full run (generation: ~90 s)
+    python benchmarks/ui.py --n 20000 --writer   # and what the inspector's indexes cost the writer
 
 A store already at the path with N rows is reused (`--db`), so a second run only measures.
 """
@@ -29,11 +30,14 @@ from typing import Any
 
 import httpx
 from sqlalchemy import func, insert, select
+from sqlalchemy.orm import Session
 
 from gym_server.app import create_app
 from gym_server.settings import Settings
 from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.models import rescores_table, trajectories_table
+from gym_server.store.records import TrajectoryRecord
+from gym_server.store.repository import upsert_trajectories
 
 ENVS = ("math", "tool_call", "humaneval")
 POLICIES = ("tiny-a", "tiny-b")
@@ -127,6 +131,25 @@ def generate(url: str, n: int, seed: int = 0) -> float:
     return time.perf_counter() - started
 
 
+def writer_rows_per_s(revision: str, n: int = 20_000, batch: int = 256) -> float:
+    """The store's own upsert (`repository.upsert_trajectories`, batches as the writer commits them) into
+    a fresh SQLite file at `revision`: what the indexes of a revision cost the trajectory writer."""
+    with tempfile.TemporaryDirectory() as scratch:
+        url = f"sqlite:///{Path(scratch) / 'writer.sqlite'}"
+        upgrade_database(url, revision)
+        engine = make_engine(url)
+        try:
+            rng = random.Random(0)
+            records = [TrajectoryRecord(**_row(index, 2, n, rng)) for index in range(n)]
+            started = time.perf_counter()
+            for first in range(0, n, batch):
+                with Session(engine) as session, session.begin():
+                    upsert_trajectories(session, records[first : first + batch])
+            return n / (time.perf_counter() - started)
+        finally:
+            engine.dispose()
+
+
 async def measure(url: str, repeats: int) -> list[tuple[str, list[float]]]:
     """Server milliseconds per request of each page, as `Server-Timing` reports them."""
     settings = Settings(store={"url": url}, sandbox={"backend": "unsafe-no-sandbox"})
@@ -185,6 +208,9 @@ def main() -> None:
     parser.add_argument("--db", type=Path, help="SQLite file to create or reuse (default: a temporary one)")
     parser.add_argument("--url", help="a database URL instead (PostgreSQL), used as is")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--writer", action="store_true", help="also the writer's upsert rate before and after the indexes"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         url = args.url or f"sqlite:///{args.db or Path(scratch) / 'ui.sqlite'}"
@@ -207,6 +233,14 @@ def main() -> None:
         worst = max(worst, statistics.median(times))
         print(f"{page[:60]:60} {statistics.median(times):10.1f} {max(times):8.1f}")
     print(f"slowest page median: {worst:.1f} ms (target < 300 ms)")
+    if args.writer:
+        # Alternating rounds, so a change of load hits both revisions alike.
+        rates: dict[str, list[float]] = {"0001": [], "head": []}
+        for _ in range(3):
+            for revision in rates:
+                rates[revision].append(writer_rows_per_s(revision))
+        for revision, values in rates.items():
+            print(f"writer at {revision}: {statistics.median(values):,.0f} rows/s (median of 3)")
 
 
 if __name__ == "__main__":

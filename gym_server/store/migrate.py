@@ -158,8 +158,10 @@ def current_revision(url: str | URL) -> str | None:
         engine.dispose()
 
 
-def upgrade_database(url: str | URL) -> None:
-    """Run `alembic upgrade head` on the database at `url`; a no-op when it is already at head.
+def upgrade_database(url: str | URL, revision: str = "head") -> None:
+    """Run `alembic upgrade <revision>` on the database at `url`; a no-op when it is already there.
+
+    Anything but head is for measuring what a revision costs (`benchmarks/ui.py --writer`).
 
     Raises:
         sqlalchemy.exc.OperationalError: the database cannot be reached.
@@ -172,6 +174,6 @@ def upgrade_database(url: str | URL) -> None:
                 # Released at commit; a second replica waits here, then finds the schema at head.
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
     finally:
         engine.dispose()
