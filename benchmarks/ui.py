@@ -173,6 +173,7 @@ async def measure(url: str, repeats: int) -> list[tuple[str, list[float]]]:
                 "/ui/trajectories/t000000100",
                 "/ui/compare?a=run-0000&b=run-0002",
                 "/ui/compare?by=policy&a=tiny-a&b=tiny-b&env=math",
+                "/ui/compare?by=policy&a=tiny-a&b=tiny-b",
                 "/ui/live",
             ]
             assert "t0" in first, "the store is empty"

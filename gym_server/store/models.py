@@ -205,5 +205,5 @@ _columns = trajectories_table.c
 Index(
     "ix_trajectories_policy_model",
     PolicyModel(_columns.policy),
-    *(_columns[name] for name in ("env", "run", "created_at", "task_id", "reward", "failure")),
+    *(_columns[name] for name in ("run", "created_at", "env", "task_id", "reward", "failure")),
 )

@@ -30,7 +30,10 @@ _INDEXES: dict[str, list[str]] = {
 # index serves only a query that spells the same expression), then the columns the inspector reads beside
 # it, so a policy filter reads the index, not the rows.
 _POLICY_MODEL = {"sqlite": "json_extract(policy, '$.model')", "postgresql": "(policy ->> 'model')"}
-_BESIDE_POLICY = ["env", *_BESIDE]
+# Run right after the policy: the runs page groups by run in index order (179 ms with half of a million
+# rows matching, against 450 ms with env second; comparing two policies task by task then reads each
+# policy's half whole either way).
+_BESIDE_POLICY = ["run", "created_at", "env", "task_id", "reward", "failure"]
 
 
 def upgrade() -> None:
