@@ -141,7 +141,9 @@ def select_trajectories(where: TrajectoryFilter) -> Select[Any]:
     )
 
 
-def get_trajectory(session: Session, trajectory_id: str, tenant: str | None = None) -> TrajectoryRecord | None:
+def get_trajectory(
+    session: Session, trajectory_id: str, tenant: str | None = None
+) -> TrajectoryRecord | None:
     """The stored record with this id, or None; also None when it belongs to a tenant other than `tenant`."""
     where = TrajectoryFilter(tenant=tenant).clauses()
     statement = select(trajectories_table).where(trajectories_table.c.id == trajectory_id, *where)

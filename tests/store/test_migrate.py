@@ -25,7 +25,15 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
         inspector = inspect(engine)
         assert set(inspector.get_table_names()) == {"alembic_version", "trajectories", "rescores", "api_keys"}
         indexed = {tuple(index["column_names"]) for index in inspector.get_indexes("trajectories")}
-        assert indexed == {("run",), ("env",), ("task_id",), ("status",), ("created_at",), ("server_name",), ("tenant",)}
+        assert indexed == {
+            ("run",),
+            ("env",),
+            ("task_id",),
+            ("status",),
+            ("created_at",),
+            ("server_name",),
+            ("tenant",),
+        }
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})
             assert compare_metadata(context, Base.metadata) == []  # the revision matches the models
