@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from gym_server.auth.keys import Scope
 from gym_server.auth.middleware import AuthGate, same_origin
 from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT, UI_PREFIX
-from gym_server.auth.ui_sessions import COOKIE_NAME
+from gym_server.auth.ui_sessions import COOKIE_NAME, CSRF_FIELD
 
 __all__ = ["get_gate", "router"]
 
@@ -37,6 +37,11 @@ input{{width:100%;padding:.5rem;margin:.5rem 0;box-sizing:border-box}}.error{{co
 <input type="hidden" name="next" value="{next}">
 <button type="submit">Log in</button></form>
 {error}</body></html>"""
+
+_LOGOUT_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gym-server: log out</title></head><body>
+<form method="post" action="{action}"><input type="hidden" name="{field}" value="{token}">
+<button type="submit">Log out</button></form></body></html>"""
 
 
 async def get_gate(request: Request) -> AuthGate:
@@ -94,6 +99,15 @@ async def login(request: Request, gate: GateDep) -> Response:
         max_age=None,
     )
     return response
+
+
+@router.get(UI_LOGOUT)
+async def logout_form(request: Request) -> Response:
+    """A one-button form (the pattern for every state-changing /ui form: it posts the login's CSRF token,
+    which the auth middleware puts in `request.state.csrf_token`)."""
+    token = getattr(request.state, "csrf_token", "")
+    page = _LOGOUT_PAGE.format(action=UI_LOGOUT, field=CSRF_FIELD, token=html.escape(token))
+    return HTMLResponse(page, headers={"Cache-Control": "no-store"})
 
 
 @router.post(UI_LOGOUT)
