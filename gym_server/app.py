@@ -21,6 +21,7 @@ from gym_server.auth import ui_login
 from gym_server.auth.keytable import KeyTable
 from gym_server.auth.middleware import AuthGate, AuthMiddleware
 from gym_server.auth.mode import auth_enabled, warn_if_exposed
+from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.auth.ui_sessions import UiSessions
 from gym_server.errors import SandboxUnavailable
@@ -122,7 +123,8 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     # limit too; its routes before the catalog's GET /v1/environments/{env:path}, which would take them.
     openenv_facade.mount(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
-    app.add_middleware(JsonBodyMiddleware)  # a body that is not JSON is never read
+    # A body that is not JSON is never read, but the /ui login and logout forms' (guarded by the gate).
+    app.add_middleware(JsonBodyMiddleware, form_paths=frozenset({UI_LOGIN, UI_LOGOUT}))
     app.add_middleware(AuthMiddleware, gate=gate)  # outermost: nothing runs for a request it refuses
     for module in (environments, sessions, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)

@@ -1,0 +1,60 @@
+"""Revision 0002 on a database that already holds trajectories: they get the `default` tenant (the one
+a server without authentication writes), so keys of that tenant keep reading them. Runs on a new SQLite
+file and a new PostgreSQL database (the run's shared one is already at head)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, insert, select
+
+from gym_server.store.migrate import MIGRATIONS_DIR, make_engine, upgrade_database
+from gym_server.store.models import trajectories_table
+from gym_server.store.records import TrajectoryRecord
+from gym_server.store.repository import record_to_row
+from tests.conftest import POSTGRES_ADMIN
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    name = f"gym_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _upgrade(engine: Engine, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def test_rows_older_than_tenants_get_the_default_tenant(empty_database: str) -> None:
+    engine = make_engine(empty_database)
+    try:
+        _upgrade(engine, "0001")
+        row = record_to_row(TrajectoryRecord(id="old-1", env="counter", env_version="1", task_id="t"))
+        del row["tenant"]  # revision 0001 has no such column
+        with engine.begin() as connection:
+            connection.execute(insert(trajectories_table).values(row))  # names only 0001's columns
+        upgrade_database(empty_database)
+        with engine.connect() as connection:
+            stored = connection.execute(select(trajectories_table.c.id, trajectories_table.c.tenant)).all()
+        assert [tuple(r) for r in stored] == [("old-1", "default")]
+    finally:
+        engine.dispose()
