@@ -224,6 +224,18 @@ class SessionManager:
         """Whether `session_id` is a live session (no expiry check: the reaper's or a step's job)."""
         return session_id in self._live
 
+    def owned(self, session_id: str) -> bool:
+        """False when `session_id` is another tenant's live or recently closed session (the request's
+        tenant, see `gym_server.auth.context`); True otherwise, unknown ids included (nothing to hide)."""
+        tenant = current_tenant.get()
+        if tenant is None:
+            return True
+        live = self._live.get(session_id)
+        if live is not None:
+            return live.tenant == tenant
+        gone = self._gone.get(session_id)
+        return gone is None or gone[2] == tenant
+
     def get(self, session_id: str) -> LiveSession:
         """The live session, or 404 (never seen, or another tenant's) / 410 (closed or expired)."""
         tenant = current_tenant.get()

@@ -162,3 +162,46 @@ async def test_with_auth_off_everything_is_open_and_stamped_with_the_default_ten
         await gym.client.delete(f"/v1/sessions/{session_id}")
         record = await wait_for_rollout(gym.client, session_id, "abandoned")
         assert record["tenant"] == "default"
+
+
+async def test_another_tenants_mcp_session_id_is_unknown(
+    secured: Callable[..., Any], keys: KeyMaker, tenant: Callable[[], str]
+) -> None:
+    owner, other = keys.create(tenant(), "episodes"), keys.create(tenant(), "episodes")
+    path = "/v1/environments/counter/mcp"
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    async with secured() as gym:
+        client = gym.client
+        opened = await client.post(path, json=initialize, headers={**headers, **bearer(owner)})
+        assert opened.status_code == 200, opened.text
+        session = {
+            **headers,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-11-25",
+        }
+        await client.post(
+            path,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers={**session, **bearer(owner)},
+        )
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        assert (
+            await client.post(path, json=listing, headers={**session, **bearer(owner)})
+        ).status_code == 200
+        stolen = await client.post(path, json=listing, headers={**session, **bearer(other)})
+        assert stolen.status_code == 404 and "unknown MCP session" in stolen.text
+        closed = await client.delete(path, headers={**session, **bearer(other)})
+        assert closed.status_code == 404
+        assert (
+            await client.post(path, json=listing, headers={**session, **bearer(owner)})
+        ).status_code == 200
