@@ -205,3 +205,22 @@ async def test_another_tenants_mcp_session_id_is_unknown(
         assert (
             await client.post(path, json=listing, headers={**session, **bearer(owner)})
         ).status_code == 200
+
+
+async def test_another_tenants_nemo_gym_cookie_names_no_episode(
+    secured: Callable[..., Any], keys: KeyMaker, tenant: Callable[[], str]
+) -> None:
+    owner, other = keys.create(tenant(), "episodes"), keys.create(tenant(), "episodes")
+    base = "/v1/environments/counter/nemo-gym"
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "Bring the counter to 26."}]}}
+    async with secured() as gym:
+        client = gym.client
+        seeded = await client.post(f"{base}/seed_session", json=row, headers=bearer(owner))
+        assert seeded.status_code == 200, seeded.text
+        client.cookies.clear()
+        jar = "; ".join(f"{name}={value}" for name, value in seeded.cookies.items())
+        stolen = await client.post(f"{base}/read", json={}, headers={"cookie": jar, **bearer(other)})
+        assert stolen.status_code == 404, stolen.text
+        client.cookies.clear()
+        mine = await client.post(f"{base}/read", json={}, headers={"cookie": jar, **bearer(owner)})
+        assert mine.status_code == 200, mine.text
