@@ -95,8 +95,11 @@ class AuthMiddleware:
             return
         state = scope.setdefault("state", {})
         state["principal"] = None
+        if not self.gate.enabled:
+            await self.app(scope, receive, send)
+            return
         need = required_scope(scope.get("method", "GET"), scope["path"])
-        if not self.gate.enabled or need is PUBLIC:
+        if need is PUBLIC:
             await self.app(scope, receive, send)
             return
         try:
