@@ -4,21 +4,19 @@ file and a new PostgreSQL database (the run's shared one is already at head)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from alembic import command
 from alembic.config import Config
+from conftest import postgres_database
 from sqlalchemy import Engine, insert, select
 
 from gym_server.store.migrate import MIGRATIONS_DIR, make_engine, upgrade_database
 from gym_server.store.models import trajectories_table
 from gym_server.store.records import TrajectoryRecord
 from gym_server.store.repository import record_to_row
-from tests.conftest import POSTGRES_ADMIN
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -26,14 +24,8 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'old.db'}"
         return
-    name = f"gym_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database() as url:
+        yield url
 
 
 def _upgrade(engine: Engine, revision: str) -> None:

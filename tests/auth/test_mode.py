@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import ServerProcess, free_port
 
 from gym_server.auth.mode import auth_enabled, is_loopback
 from gym_server.settings import Settings
-from tests.conftest import ServerProcess, free_port
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from authtest import KeyMaker, bearer
+from gymtest import assert_problem
 
 from gym_server.auth.errors import QuotaExceeded
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.settings import QuotaSettings
-from tests.auth.conftest import KeyMaker, bearer
-from tests.gymtest import assert_problem
 
 SESSION = {"env": "counter", "task_id": "counter-0000", "seed": 0}
 

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.auth.conftest import REFRESH_S, KeyMaker, bearer
-from tests.gymtest import assert_problem, call, solve_counter, wait_for_rollout
+from authtest import REFRESH_S, KeyMaker, bearer
+from gymtest import assert_problem, call, solve_counter, wait_for_rollout
 
 SESSION = {"env": "counter", "task_id": "counter-0000", "seed": 0}
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from authtest import KeyMaker, bearer
 from typer.testing import CliRunner
 
 from gym_server.auth import keys as key_module
@@ -24,7 +25,6 @@ from gym_server.auth.keys import hash_secret, split_key
 from gym_server.auth.keystore import StoredKey
 from gym_server.auth.keytable import KeyTable
 from gym_server.cli.main import app as cli
-from tests.auth.conftest import KeyMaker, bearer
 
 SESSION = {"env": "counter", "task_id": "counter-0000", "seed": 0}
 

@@ -11,9 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-
-from tests.auth.conftest import REFRESH_S, KeyMaker, bearer
-from tests.conftest import AppHarness
+from authtest import REFRESH_S, KeyMaker, bearer
+from conftest import AppHarness
 
 
 async def log_in(client: httpx.AsyncClient, key: str, next_path: str = "/ui/logout") -> httpx.Response:
