@@ -1,6 +1,6 @@
 """Keys, scopes and tenants over the HTTP API, on SQLite and PostgreSQL (tests/conftest.py's
 `database_url`): what each scope may do, that a tenant never sees another's sessions or rollouts (404,
-by id and by listing, through the native API and the OpenEnv facade), 401 for no, a malformed, an
+by id and by listing, through the native API and the MCP, OpenEnv and NeMo Gym facades), 401 for no, a malformed, an
 unknown or a revoked key, and how fast a revocation takes effect."""
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from authtest import REFRESH_S, KeyMaker, bearer
+from conftest import make_settings
 from gymtest import assert_problem, call, solve_counter, wait_for_rollout
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from gym_server.app import create_app
 
 SESSION = {"env": "counter", "task_id": "counter-0000", "seed": 0}
 
@@ -224,3 +230,24 @@ async def test_another_tenants_nemo_gym_cookie_names_no_episode(
         client.cookies.clear()
         mine = await client.post(f"{base}/read", json={}, headers={"cookie": jar, **bearer(owner)})
         assert mine.status_code == 200, mine.text
+
+
+def test_openenv_websocket_needs_an_episodes_key(
+    database_url: str, keys: KeyMaker, tenant: Callable[[], str]
+) -> None:
+    name = tenant()
+    episodes, read = keys.create(name, "episodes"), keys.create(name, "read")
+    path = "/v1/environments/counter/openenv/ws"
+    settings = make_settings(database_url, auth={"mode": "on", "refresh_s": REFRESH_S})
+    with TestClient(create_app(settings)) as client:
+        for headers in ({}, bearer(read)):
+            with (
+                pytest.raises(WebSocketDisconnect) as refused,
+                client.websocket_connect(path, headers=headers),
+            ):
+                pass
+            assert refused.value.code == 1008
+        with client.websocket_connect(path, headers=bearer(episodes)) as ws:
+            ws.send_json({"type": "reset", "data": {"task_id": "counter-0000"}})
+            answer = ws.receive_json()
+            assert answer["type"] == "observation", answer
