@@ -1,7 +1,7 @@
 """Keys, scopes and tenants over the HTTP API, on SQLite and PostgreSQL (tests/conftest.py's
 `database_url`): what each scope may do, that a tenant never sees another's sessions or rollouts (404,
-by id and by listing, through the native API and the MCP, OpenEnv and NeMo Gym facades), 401 for no, a malformed, an
-unknown or a revoked key, and how fast a revocation takes effect."""
+by id and by listing, through the native API and the MCP, OpenEnv and NeMo Gym facades), 401 for no, a
+malformed, an unknown or a revoked key, and how fast a revocation takes effect."""
 
 from __future__ import annotations
 
