@@ -77,7 +77,6 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
             if gate.enabled:
                 await gate.keys.start()
                 stack.push_async_callback(gate.keys.stop)
-                log.info("API keys required (auth.mode=%s, bound to %s)", settings.auth.mode, settings.host)
             lost = await store.mark_lost(settings.server_name)
             if lost:
                 log.warning(

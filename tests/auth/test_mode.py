@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from authtest import KeyMaker, bearer
 from conftest import ServerProcess, free_port
 
 from gym_server.auth.mode import auth_enabled, is_loopback
@@ -70,16 +71,20 @@ def test_a_server_bound_to_a_non_loopback_address_requires_keys_unless_told_not_
     host = non_loopback_address()
     if host is None:
         pytest.skip("this machine has no non-loopback IPv4 address; test_loopback_decision covers the rule")
-    server = serve_on(host, tmp_path)
+    server = serve_on(host, tmp_path, GYM_LOG_LEVEL="debug")
+    key = KeyMaker(server.env["GYM_DATABASE_URL"]).create("acme", "read")
     server.start()
     try:
         response = httpx.get(f"{server.url}/v1/rollouts")
         assert response.status_code == 401
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert httpx.get(f"{server.url}/healthz").status_code == 200
+        assert httpx.get(f"{server.url}/v1/rollouts", headers=bearer(key)).status_code == 200
+        assert httpx.get(f"{server.url}/v1/rollouts", headers=bearer(key[:-1])).status_code == 401
     finally:
         output = server.stop()
-    assert "AUTHENTICATION IS OFF" not in output
+    assert "API keys: required (auth.mode=auto" in output and "AUTHENTICATION IS OFF" not in output
+    assert key not in output and key.split("_", 2)[2][:-1] not in output  # nor the secret, whole or cut
 
     opened = serve_on(host, tmp_path / "off", GYM_AUTH__MODE="off")
     opened.start()
@@ -87,4 +92,4 @@ def test_a_server_bound_to_a_non_loopback_address_requires_keys_unless_told_not_
         assert httpx.get(f"{opened.url}/v1/rollouts").status_code == 200
     finally:
         output = opened.stop()
-    assert f"AUTHENTICATION IS OFF on {host}" in output
+    assert f"AUTHENTICATION IS OFF on {host}" in output and "API keys: off (auth.mode=off)" in output
