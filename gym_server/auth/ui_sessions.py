@@ -12,7 +12,7 @@ import hashlib
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["COOKIE_NAME", "CSRF_FIELD", "CSRF_HEADER", "UiSession", "UiSessions"]
 
@@ -24,8 +24,8 @@ CSRF_HEADER = b"x-csrf-token"
 @dataclass(frozen=True, slots=True)
 class UiSession:
     key_id: str
-    csrf_token: str
-    expires_at: float
+    csrf_token: str = field(repr=False)  # a secret of the login: kept out of reprs and so out of logs
+    expires_at: float = 0.0
 
 
 def _digest(cookie: str) -> str:
