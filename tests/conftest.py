@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,13 +45,6 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test run, dropped afterwards."""
-    with postgres_database() as url:
-        yield url
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """A new, empty PostgreSQL database, dropped at exit (fails the test when PostgreSQL is down)."""
     name = f"gym_test_{uuid.uuid4().hex[:10]}"
     try:
         with psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5) as admin:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.config import Config
-from conftest import postgres_database
 from sqlalchemy import Engine, insert, select
+from store.conftest import throwaway_postgres
 
 from gym_server.store.migrate import MIGRATIONS_DIR, make_engine, upgrade_database
 from gym_server.store.models import trajectories_table
@@ -24,7 +24,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'old.db'}"
         return
-    with postgres_database() as url:
+    with throwaway_postgres() as url:
         yield url
 
 
