@@ -22,7 +22,18 @@ from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, String, 
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
-__all__ = ["Base", "Rescore", "Trajectory", "UTCDateTime", "rescores_table", "trajectories_table"]
+from gym_server.store.records import DEFAULT_TENANT
+
+__all__ = [
+    "ApiKey",
+    "Base",
+    "Rescore",
+    "Trajectory",
+    "UTCDateTime",
+    "api_keys_table",
+    "rescores_table",
+    "trajectories_table",
+]
 
 JsonDict = dict[str, Any]
 JsonList = list[dict[str, Any]]
@@ -96,6 +107,7 @@ class Trajectory(Base):
     metadata_: Mapped[JsonDict] = mapped_column("metadata")
     num_turns: Mapped[int]
     server_name: Mapped[name | None] = mapped_column(index=True)
+    tenant: Mapped[str] = mapped_column(String(64), index=True, server_default=DEFAULT_TENANT)
     created_at: Mapped[timestamp] = mapped_column(index=True)
     finished_at: Mapped[timestamp | None]
 
@@ -131,6 +143,24 @@ class Rescore(Base):
         )
 
 
+class ApiKey(Base):
+    """One API key: its public id, tenant and scopes, and a hash of its secret (never the secret)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[str] = mapped_column(String(64))  # comma-separated scope names
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None]
+    created_at: Mapped[timestamp]
+    revoked_at: Mapped[timestamp | None]
+
+    def __repr__(self) -> str:  # no hash: reprs end up in logs
+        return f"ApiKey(id={self.id!r}, tenant={self.tenant!r}, scopes={self.scopes!r})"
+
+
 # The Core tables, for bulk statements whose keys are column names (= the record's field names).
 trajectories_table: Table = Base.metadata.tables["trajectories"]
 rescores_table: Table = Base.metadata.tables["rescores"]
+api_keys_table: Table = Base.metadata.tables["api_keys"]

@@ -29,6 +29,7 @@ __all__ = [
     "RescoreRecord",
     "TrajectoryFilter",
     "add_rescore",
+    "count_matching",
     "count_trajectories",
     "get_trajectory",
     "list_rescores",
@@ -51,10 +52,17 @@ class TrajectoryFilter(BaseModel):
     env: str | None = None
     task_id: str | None = None
     status: TrajectoryStatus | None = None
+    tenant: str | None = None  # the request's tenant; None when authentication is off (every tenant)
 
     def clauses(self) -> list[ColumnElement[bool]]:
         columns = trajectories_table.c
-        wanted = {"run": self.run, "env": self.env, "task_id": self.task_id, "status": self.status}
+        wanted = {
+            "run": self.run,
+            "env": self.env,
+            "task_id": self.task_id,
+            "status": self.status,
+            "tenant": self.tenant,
+        }
         return [columns[key] == value for key, value in wanted.items() if value is not None]
 
 
@@ -133,9 +141,12 @@ def select_trajectories(where: TrajectoryFilter) -> Select[Any]:
     )
 
 
-def get_trajectory(session: Session, trajectory_id: str) -> TrajectoryRecord | None:
-    """The stored record with this id, or None."""
-    statement = select(trajectories_table).where(trajectories_table.c.id == trajectory_id)
+def get_trajectory(
+    session: Session, trajectory_id: str, tenant: str | None = None
+) -> TrajectoryRecord | None:
+    """The stored record with this id, or None; also None when it belongs to a tenant other than `tenant`."""
+    where = TrajectoryFilter(tenant=tenant).clauses()
+    statement = select(trajectories_table).where(trajectories_table.c.id == trajectory_id, *where)
     row = session.execute(statement).first()
     return None if row is None else row_to_record(row)
 
@@ -174,7 +185,7 @@ def page_trajectories(
         total = values.pop(_TOTAL_LABEL)
         records.append(TrajectoryRecord.model_validate(values))
     if not records and offset > 0:
-        total = count_trajectories(session, **where.model_dump())
+        total = count_matching(session, where)
     return records, total
 
 
@@ -187,7 +198,11 @@ def count_trajectories(
     status: TrajectoryStatus | None = None,
 ) -> int:
     """How many stored records match every given filter."""
-    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    return count_matching(session, TrajectoryFilter(run=run, env=env, task_id=task_id, status=status))
+
+
+def count_matching(session: Session, where: TrajectoryFilter) -> int:
+    """How many stored records `where` matches."""
     statement = select(func.count()).select_from(trajectories_table).where(*where.clauses())
     return session.execute(statement).scalar_one()
 

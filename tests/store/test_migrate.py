@@ -19,13 +19,21 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0001"
+    assert current_revision(empty_url) == head_revision() == "0002"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
-        assert set(inspector.get_table_names()) == {"alembic_version", "trajectories", "rescores"}
+        assert set(inspector.get_table_names()) == {"alembic_version", "trajectories", "rescores", "api_keys"}
         indexed = {tuple(index["column_names"]) for index in inspector.get_indexes("trajectories")}
-        assert indexed == {("run",), ("env",), ("task_id",), ("status",), ("created_at",), ("server_name",)}
+        assert indexed == {
+            ("run",),
+            ("env",),
+            ("task_id",),
+            ("status",),
+            ("created_at",),
+            ("server_name",),
+            ("tenant",),
+        }
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})
             assert compare_metadata(context, Base.metadata) == []  # the revision matches the models
