@@ -17,6 +17,13 @@ from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.media_type import JsonBodyMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
+from gym_server.auth import ui_login
+from gym_server.auth.keytable import KeyTable
+from gym_server.auth.middleware import AuthGate, AuthMiddleware
+from gym_server.auth.mode import auth_enabled, warn_if_exposed
+from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT
+from gym_server.auth.quotas import TenantQuotas
+from gym_server.auth.ui_sessions import UiSessions
 from gym_server.errors import SandboxUnavailable
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.protocols import nemo_gym as nemo_gym_facade
@@ -43,6 +50,12 @@ comes back as a tool message and the episode goes on."""
 def create_app(settings: Settings | None = None, registry: Registry | None = None) -> FastAPI:
     """Build the gym's ASGI app. `registry` defaults to every installed environment."""
     settings = settings or get_settings()
+    gate = AuthGate(
+        enabled=auth_enabled(settings),
+        keys=KeyTable(settings.store.resolved_url(), settings.auth.refresh_s),
+        ui_sessions=UiSessions(settings.auth.ui_session_ttl_s),
+        quotas=TenantQuotas(settings.auth.quotas, settings.sessions.retry_after_s),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,8 +72,12 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 flush_interval_s=settings.store.flush_interval_s,
                 batch_size=settings.store.batch_size,
             )
-            await store.start()
+            await store.start()  # migrates the schema, api_keys included
             stack.push_async_callback(store.stop)
+            warn_if_exposed(settings)
+            if gate.enabled:
+                await gate.keys.start()
+                stack.push_async_callback(gate.keys.stop)
             lost = await store.mark_lost(settings.server_name)
             if lost:
                 log.warning(
@@ -68,7 +85,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                     lost,
                     settings.server_name,
                 )
-            manager = SessionManager(app.state.registry, store, settings)
+            manager = SessionManager(app.state.registry, store, settings, quotas=gate.quotas)
             reaper = Reaper(manager, settings.sessions.reap_interval_s)
             runs = RolloutRunBoard(
                 settings.rollout_runs, settings.sessions.retry_after_s, settings.sessions.max_sessions
@@ -97,6 +114,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.auth_gate = gate
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
     nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}, inside every check below
@@ -105,8 +123,10 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     # limit too; its routes before the catalog's GET /v1/environments/{env:path}, which would take them.
     openenv_facade.mount(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
-    app.add_middleware(JsonBodyMiddleware)  # outermost: a body that is not JSON is never read
-    for module in (environments, sessions, verify, rollout_runs, rollouts, health):
+    # A body that is not JSON is never read, but the /ui login and logout forms' (guarded by the gate).
+    app.add_middleware(JsonBodyMiddleware, form_paths=frozenset({UI_LOGIN, UI_LOGOUT}))
+    app.add_middleware(AuthMiddleware, gate=gate)  # outermost: nothing runs for a request it refuses
+    for module in (environments, sessions, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from gym_server.errors import AtCapacity
 from gym_server.settings import RolloutRunSettings
+from gym_server.store.records import DEFAULT_TENANT
 from gym_server.trainer_adapters.driver import Rollout, summarize
 
 __all__ = ["RolloutRun", "RolloutRunBoard", "RunStatus"]
@@ -46,6 +47,7 @@ class RolloutRun:
     run: str
     episodes: int
     concurrency: int = 1
+    tenant: str = DEFAULT_TENANT
     status: RunStatus = "running"
     rollouts: list[Rollout] = field(default_factory=list)
     error: str | None = None
@@ -73,7 +75,7 @@ class RolloutRunBoard:
         # The sessions all runs together may hold; asyncio's semaphore wakes its waiters in order.
         self.session_slots = asyncio.Semaphore(max(1, int(settings.session_share * max_sessions)))
         self._running: dict[str, tuple[RolloutRun, asyncio.Task[None]]] = {}
-        self._finished: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._finished: OrderedDict[str, tuple[str, dict[str, Any]]] = OrderedDict()  # id -> (tenant, view)
 
     def __repr__(self) -> str:
         return f"RolloutRunBoard(running={len(self._running)}, remembered={len(self._finished)})"
@@ -93,12 +95,14 @@ class RolloutRunBoard:
         self._running[job.id] = (job, task)
         return task
 
-    def view(self, run_id: str) -> dict[str, Any] | None:
-        """The run's progress, its final view once finished, or None when unknown or forgotten."""
+    def view(self, run_id: str, tenant: str | None = None) -> dict[str, Any] | None:
+        """The run's progress, its final view once finished, or None when unknown or forgotten (or, with
+        a `tenant`, another tenant's)."""
         running = self._running.get(run_id)
         if running is not None:
-            return running[0].view()
-        return self._finished.get(run_id)
+            return running[0].view() if tenant in (None, running[0].tenant) else None
+        owner, view = self._finished.get(run_id, (None, None))
+        return view if tenant in (None, owner) else None
 
     async def aclose(self) -> None:
         """Cancel the runs still playing and wait (a bounded while) for them to close their sessions."""
@@ -129,6 +133,6 @@ class RolloutRunBoard:
         self._running.pop(job.id, None)
         if self.settings.keep_finished == 0:
             return
-        self._finished[job.id] = job.view()
+        self._finished[job.id] = (job.tenant, job.view())
         while len(self._finished) > self.settings.keep_finished:
             self._finished.popitem(last=False)

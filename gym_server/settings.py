@@ -18,8 +18,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gym_server.egress import DEFAULT_POLICY_URLS, parse_prefix
 
 __all__ = [
+    "AuthSettings",
     "HttpSettings",
     "LimitSettings",
+    "QuotaSettings",
     "SandboxSettings",
     "SessionSettings",
     "Settings",
@@ -159,6 +161,33 @@ class SandboxSettings(BaseModel):
     retry_after_s: int = Field(2, ge=1, description="Retry-After sent when no sandbox is free")
 
 
+class QuotaSettings(BaseModel):
+    """What one tenant may use; None is no limit. Answered with 429 problem+json and `Retry-After`."""
+
+    live_sessions: int | None = Field(None, ge=1, description="live sessions one tenant may hold")
+    sandbox_seconds: float | None = Field(
+        None, gt=0, description="session wall seconds (each may hold a sandbox) one tenant may use per window"
+    )
+    window_s: float = Field(3_600.0, gt=0, description="the sandbox-seconds window, in seconds")
+    requests_per_s: float | None = Field(None, gt=0, description="sustained requests per second per tenant")
+    burst: int = Field(20, ge=1, description="requests a tenant may send at once above its rate")
+
+
+class AuthSettings(BaseModel):
+    """API keys, scopes and tenants (gym_server.auth).
+
+    `auto` turns authentication on exactly when the server binds a non-loopback address; `off` on such
+    an address is allowed but logged as a warning at start.
+    """
+
+    mode: Literal["auto", "on", "off"] = "auto"
+    refresh_s: float = Field(
+        1.0, gt=0, le=60, description="how often the in-memory key table is reloaded (revocation delay)"
+    )
+    ui_session_ttl_s: float = Field(8 * 3_600.0, gt=0, description="how long a /ui login lasts")
+    quotas: QuotaSettings = QuotaSettings()
+
+
 class Settings(BaseSettings):
     """Everything the server can be told. See the configuration table in the README."""
 
@@ -180,6 +209,7 @@ class Settings(BaseSettings):
     rollout_runs: RolloutRunSettings = RolloutRunSettings()
     store: StoreSettings = StoreSettings()
     sandbox: SandboxSettings = SandboxSettings()
+    auth: AuthSettings = AuthSettings()
 
     @model_validator(mode="after")
     def _defaults_from_other_fields(self) -> Settings:

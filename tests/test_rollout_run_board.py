@@ -118,3 +118,19 @@ async def test_aclose_cancels_the_runs_still_playing() -> None:
     assert task.cancelled() and cleaned_up.is_set()
     assert (status(runs, "r0"), status(runs, "r1")) == ("cancelled", "completed")
     assert runs.running == 0
+
+
+async def test_a_tenant_sees_only_its_own_runs_playing_or_finished() -> None:
+    runs = board()
+    gate = Gate()
+    playing = RolloutRun(id="p", run="run-p", episodes=1, tenant="a")
+    finished = RolloutRun(id="f", run="run-f", episodes=1, tenant="a")
+    task = runs.start(playing, gate.play)
+    await runs.start(finished, instant)
+    for run_id in ("p", "f"):
+        assert runs.view(run_id, "a") is not None
+        assert runs.view(run_id) is not None  # keys off: no tenant filter
+        assert runs.view(run_id, "b") is None  # another tenant's: as unknown as a run never started
+    gate.open.set()
+    await task
+    assert runs.view("p", "b") is None and runs.view("p", "a") is not None

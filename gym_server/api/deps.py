@@ -15,7 +15,7 @@ from gym_server.sessions.manager import SessionManager
 from gym_server.settings import Settings
 from gym_server.store.writer import TrajectoryStore
 
-__all__ = ["ManagerDep", "RegistryDep", "RunBoardDep", "SettingsDep", "StoreDep"]
+__all__ = ["ManagerDep", "RegistryDep", "RunBoardDep", "SettingsDep", "StoreDep", "TenantDep"]
 
 
 # `async def` on purpose: FastAPI runs plain-def dependencies in a worker thread, a hop per request.
@@ -39,8 +39,15 @@ async def get_run_board(request: Request) -> RolloutRunBoard:
     return cast(RolloutRunBoard, request.app.state.rollout_runs)
 
 
+async def get_tenant(request: Request) -> str | None:
+    """The tenant whose objects this request may see; None with authentication off (all of them)."""
+    principal = getattr(request.state, "principal", None)  # set by gym_server.auth.middleware
+    return None if principal is None else cast(str, principal.tenant)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
 ManagerDep = Annotated[SessionManager, Depends(get_manager)]
 StoreDep = Annotated[TrajectoryStore, Depends(get_store)]
 RunBoardDep = Annotated[RolloutRunBoard, Depends(get_run_board)]
+TenantDep = Annotated[str | None, Depends(get_tenant)]

@@ -17,7 +17,9 @@ leaves. This subclass adds, per connection (`HttpSettings`):
   problem+json with `Retry-After` and `Connection: close`, without reaching the app.
 
 Once a request is whole, nothing here limits how long the app takes to answer it (a run with
-`wait: true` may take minutes): only the client's side of the exchange is on a clock.
+`wait: true` may take minutes): only the client's side of the exchange is on a clock. A connection
+upgraded to a WebSocket (the OpenEnv facade's `/ws`) leaves this protocol for uvicorn's WebSocket one,
+whose pings and close handshake bound it; no deadline of this protocol may close it afterwards.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: _Phase = "head"  # what the armed deadline waits for
+        self._upgraded = False  # handed to the WebSocket protocol: the transport is no longer ours
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -72,7 +75,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.transport.is_closing():
+        if self._upgraded or self.transport.is_closing():
             return
         phase = self._waiting_for()
         if self._deadline is not None:
@@ -81,6 +84,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._disarm()
         if phase != "app":
             self._arm(phase)
+
+    def handle_websocket_upgrade(self) -> None:
+        self._disarm()
+        self._upgraded = True
+        super().handle_websocket_upgrade()
 
     def _waiting_for(self) -> _Phase:
         """What the connection waits for now: the client's head or body, or the app's answer."""

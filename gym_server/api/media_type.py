@@ -4,6 +4,9 @@ Every body the API reads is JSON, so this costs clients nothing, and it closes a
 a `text/plain`, form or multipart POST to any origin without a CORS preflight, so without this check
 any web page a user visits could drive a gym listening on their localhost. A POST with neither a body
 nor a Content-Type (`curl -X POST .../verify`) is still accepted; every browser form sends one.
+
+The only exceptions are the paths named in `form_paths` (the /ui login and logout forms), which are
+guarded by the auth middleware instead: same-origin checks and, for logout, the login's CSRF token.
 """
 
 from __future__ import annotations
@@ -27,13 +30,18 @@ def is_json_media_type(content_type: str) -> bool:
 
 
 class JsonBodyMiddleware:
-    """Answers 415 to a POST, PUT or PATCH whose body is not `application/json`."""
+    """Answers 415 to a POST, PUT or PATCH whose body is not `application/json` (but on `form_paths`)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, form_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.form_paths = form_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in _WRITE_METHODS:
+        if (
+            scope["type"] == "http"
+            and scope["method"] in _WRITE_METHODS
+            and scope["path"] not in self.form_paths
+        ):
             content_type: str | None = None
             has_body = False
             for name, value in scope["headers"]:

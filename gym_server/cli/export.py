@@ -51,6 +51,7 @@ def export(
     env: Annotated[str | None, typer.Option(help="Only this environment.")] = None,
     task: Annotated[str | None, typer.Option(help="Only this task id.")] = None,
     status: Annotated[TrajectoryStatus | None, typer.Option(help="Only trajectories in this state.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's (API keys' tenants).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many, newest first.")] = None,
 ) -> None:
     """Export stored trajectories (newest first) to a JSONL, CSV or Parquet file."""
@@ -76,6 +77,7 @@ def export(
                 env=env,
                 task_id=task,
                 status=status,
+                tenant=tenant,
                 limit=limit,
                 progress=lambda n: progress.update(bar, description=f"{n} trajectories written"),
             )

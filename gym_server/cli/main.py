@@ -19,6 +19,7 @@ from gym_server.cli import (
     demo,
     envs,
     export,
+    keys,
     play,
     policy,
     rescore,
@@ -42,6 +43,7 @@ app.command()(envs.tasks)
 app.command()(play.play)
 app.command("init")(scaffold.init)
 app.add_typer(db.app, name="db")
+app.add_typer(keys.app, name="keys")
 app.command()(export.export)
 app.add_typer(verifiers.app, name="verifiers")
 app.add_typer(sandbox.app, name="sandbox")

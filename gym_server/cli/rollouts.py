@@ -39,6 +39,15 @@ __all__ = ["confidence_interval", "evaluate", "rollout"]
 console = Console(stderr=True)
 
 GymOption = Annotated[str, typer.Option("--gym", help="gym server URL")]
+GymKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--gym-key",
+        envvar="GYM_API_KEY",
+        help="the gym's API key (scope episodes), when it requires one",
+        show_default=False,
+    ),
+]
 PolicyOption = Annotated[str, typer.Option("--policy", help="policy server URL (vLLM or `policy serve`)")]
 ModelOption = Annotated[str | None, typer.Option(help="served model name (default: the policy's first)")]
 SplitOption = Annotated[str, typer.Option(help="dataset split")]
@@ -103,6 +112,7 @@ def _records(output: Path) -> list[dict[str, Any]]:
 async def _play(
     *,
     gym_url: str,
+    gym_key: str | None,
     env: str,
     policy: str,
     model: str,
@@ -123,7 +133,7 @@ async def _play(
     else:
         sampler = CompletionsSampler(policy, model)
         renderer = RemoteRenderer(policy, model)
-    async with GymClient(gym_url) as gym:
+    async with GymClient(gym_url, api_key=gym_key) as gym:
         tasks = await gym.all_tasks(env, split=split)
         tasks = tasks[:limit] if limit is not None else tasks
         done = _done_keys(output)
@@ -207,6 +217,7 @@ def _run(
     *,
     env: str,
     gym: str,
+    gym_key: str | None,
     policy: str,
     model: str | None,
     api: str,
@@ -235,6 +246,7 @@ def _run(
         asyncio.run(
             _play(
                 gym_url=gym,
+                gym_key=gym_key,
                 env=env,
                 policy=policy,
                 model=name,
@@ -262,6 +274,7 @@ def evaluate(
     env: Annotated[str, typer.Argument(help="environment to evaluate on")],
     policy: PolicyOption = "http://127.0.0.1:8001",
     gym: GymOption = "http://127.0.0.1:8000",
+    gym_key: GymKeyOption = None,
     model: ModelOption = None,
     api: Annotated[str, typer.Option(help="completions (token-in) or chat (any OpenAI API)")] = "completions",
     split: SplitOption = "validation",
@@ -283,6 +296,7 @@ def evaluate(
     _run(
         env=env,
         gym=gym,
+        gym_key=gym_key,
         policy=policy,
         model=model,
         api=api,
@@ -305,6 +319,7 @@ def rollout(
     env: Annotated[str, typer.Argument(help="environment to collect episodes from")],
     policy: PolicyOption = "http://127.0.0.1:8001",
     gym: GymOption = "http://127.0.0.1:8000",
+    gym_key: GymKeyOption = None,
     model: ModelOption = None,
     split: SplitOption = "train",
     samples: SamplesOption = 8,
@@ -323,6 +338,7 @@ def rollout(
     _run(
         env=env,
         gym=gym,
+        gym_key=gym_key,
         policy=policy,
         model=model,
         api="completions",

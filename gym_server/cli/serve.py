@@ -26,6 +26,7 @@ import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 
+from gym_server.auth.mode import auth_enabled
 from gym_server.extras import install_command
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.sandbox.admission import Budget
@@ -157,6 +158,12 @@ def serve(
         f"[bold]gym-server[/] on http://{settings.host}:{settings.port}"
         + (f" … :{settings.port + workers - 1} ({workers} replicas)" if workers > 1 else "")
         + f"  store: {_mask(settings.store.resolved_url())}"
+    )
+    console.print(
+        f"API keys: required (auth.mode={settings.auth.mode}; create one with `gym-server keys create`)"
+        if auth_enabled(settings)
+        else f"API keys: off (auth.mode={settings.auth.mode})",
+        markup=False,
     )
     console.print(
         "MCP: each environment at /v1/environments/{env}/mcp (docs/protocols.md)"

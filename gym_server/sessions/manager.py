@@ -26,6 +26,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gym_server import jsontext
+from gym_server.auth.context import current_tenant
+from gym_server.auth.quotas import TenantQuotas
 from gym_server.errors import (
     AtCapacity,
     GymError,
@@ -40,7 +42,7 @@ from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.metrics import SessionMetrics
 from gym_server.settings import LimitSettings, Settings
-from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.records import DEFAULT_TENANT, FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 
 __all__ = [
     "LiveSession",
@@ -85,6 +87,7 @@ class LiveSession:
     created_at: datetime
     tools: list[dict[str, Any]]
     max_turns: int
+    tenant: str = DEFAULT_TENANT
     last_active: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     transcript_bytes: int = 0
@@ -114,14 +117,17 @@ class SessionManager:
         settings: Settings,
         metrics: SessionMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        quotas: TenantQuotas | None = None,
     ) -> None:
         self.registry = registry
         self.sink = sink
         self.settings = settings
         self.metrics = metrics or SessionMetrics()
         self._clock = clock
+        self.quotas = quotas
         self._live: dict[str, LiveSession] = {}
-        self._gone: dict[str, tuple[float, str]] = {}  # id -> (when, how), for 410 answers
+        # id -> (when, how, tenant), for 410 answers (to its own tenant only)
+        self._gone: dict[str, tuple[float, str, str]] = {}
         self._creating = 0
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -132,9 +138,10 @@ class SessionManager:
     def live_count(self) -> int:
         return len(self._live)
 
-    def live_by_env(self) -> dict[str, int]:
-        """Open sessions per environment name (the inspector's live page)."""
-        return dict(Counter(session.entry.name for session in self._live.values()))
+    def live_by_env(self, tenant: str | None = None) -> dict[str, int]:
+        """Open sessions per environment name (the inspector's live page), of `tenant` alone if given."""
+        sessions = self._live.values()
+        return dict(Counter(s.entry.name for s in sessions if tenant is None or s.tenant == tenant))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -159,9 +166,16 @@ class SessionManager:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
         chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
+        tenant = current_tenant.get() or DEFAULT_TENANT
+        if self.quotas is not None:
+            self.quotas.reserve_session(tenant)
         self._creating += 1
         try:
             instance = await self._start_env(entry, chosen, seed)
+        except BaseException:
+            if self.quotas is not None:
+                self.quotas.unreserve(tenant)
+            raise
         finally:
             self._creating -= 1
         session = LiveSession(
@@ -178,7 +192,10 @@ class SessionManager:
                 entry.cls.max_turns or self.settings.limits.max_turns, self.settings.limits.max_turns
             ),
             last_active=self._clock(),
+            tenant=tenant,
         )
+        if self.quotas is not None:
+            self.quotas.opened(tenant, session.id)
         session.transcript_bytes = len(jsontext.dumps(instance.messages))
         self._live[session.id] = session
         self.sink.record(self._record(session, TrajectoryStatus.LIVE))
@@ -213,13 +230,28 @@ class SessionManager:
         """Whether `session_id` is a live session (no expiry check: the reaper's or a step's job)."""
         return session_id in self._live
 
+    def owned(self, session_id: str) -> bool:
+        """False when `session_id` is another tenant's live or recently closed session (the request's
+        tenant, see `gym_server.auth.context`); True otherwise, unknown ids included (nothing to hide)."""
+        tenant = current_tenant.get()
+        if tenant is None:
+            return True
+        live = self._live.get(session_id)
+        if live is not None:
+            return live.tenant == tenant
+        gone = self._gone.get(session_id)
+        return gone is None or gone[2] == tenant
+
     def get(self, session_id: str) -> LiveSession:
-        """The live session, or 404 (never seen) / 410 (closed or expired)."""
+        """The live session, or 404 (never seen, or another tenant's) / 410 (closed or expired)."""
+        tenant = current_tenant.get()
         session = self._live.get(session_id)
         if session is None:
             gone = self._gone.get(session_id)
-            if gone is not None:
+            if gone is not None and tenant in (None, gone[2]):
                 raise SessionExpired(session_id, gone[1])
+            raise SessionNotFound(session_id)
+        if tenant is not None and session.tenant != tenant:
             raise SessionNotFound(session_id)
         return session
 
@@ -328,12 +360,11 @@ class SessionManager:
         `failure` is the client's reason for giving up (e.g. `policy_error`): the episode is then stored
         as failed with that class, unless the server already recorded one.
         """
-        session = self._live.get(session_id)
-        if session is None:
-            if session_id in self._gone:
-                await self._acknowledge(session_id)  # a retried close confirms what the first could not
-                return
-            raise SessionNotFound(session_id)
+        try:
+            session = self.get(session_id)
+        except SessionExpired:
+            await self._acknowledge(session_id)  # a retried close confirms what the first could not
+            return
         async with session.lock:
             session.failure = session.failure or failure
             done = session.env.done
@@ -366,7 +397,7 @@ class SessionManager:
     async def _finish(self, session: LiveSession, status: TrajectoryStatus, how: str) -> None:
         if self._live.pop(session.id, None) is None:
             return
-        self._gone[session.id] = (self._clock(), how)
+        self._forget(session, how)
         # Recorded before the environment closes (its sandbox may take a while), so a read in between
         # finds the final record, never the last snapshot.
         self.sink.record(self._record(session, status, finished=True))
@@ -382,7 +413,7 @@ class SessionManager:
         if session.is_idle_expired(self._clock()) and not session.lock.locked():
             # Expired but not yet reaped: answer as the reaper would have, then let it clean up.
             self._live.pop(session_id)
-            self._gone[session_id] = (self._clock(), "expired after its idle TTL")
+            self._forget(session, "expired after its idle TTL")
             session.failure = session.failure or FailureClass.EXPIRED
             self.sink.record(self._record(session, TrajectoryStatus.EXPIRED, finished=True))
             self.metrics.closed.labels(session.entry.name, TrajectoryStatus.EXPIRED.value).inc()
@@ -393,6 +424,12 @@ class SessionManager:
             raise SessionExpired(session_id)
         session.last_active = self._clock()
         return session
+
+    def _forget(self, session: LiveSession, how: str) -> None:
+        """Book keeping for a session just taken out of the live table."""
+        self._gone[session.id] = (self._clock(), how, session.tenant)
+        if self.quotas is not None:
+            self.quotas.ended(session.tenant, session.id)
 
     async def _close_quietly(self, session: LiveSession) -> None:
         try:
@@ -410,7 +447,7 @@ class SessionManager:
             session.failure = session.failure or FailureClass.EXPIRED
             await self._finish(session, TrajectoryStatus.EXPIRED, "expired after its idle TTL")
         horizon = now - self.settings.sessions.tombstone_s
-        for gone_id in [key for key, (when, _) in self._gone.items() if when < horizon]:
+        for gone_id in [key for key, (when, _, _) in self._gone.items() if when < horizon]:
             del self._gone[gone_id]
         return len(expired)
 
@@ -465,6 +502,7 @@ class SessionManager:
             metadata=session.metadata,
             num_turns=env.turns,
             server_name=self.settings.server_name,
+            tenant=session.tenant,
             created_at=session.created_at,
             finished_at=utcnow() if finished else None,
         )

@@ -175,6 +175,7 @@ def export_trajectories(
     env: str | None = None,
     task_id: str | None = None,
     status: TrajectoryStatus | None = None,
+    tenant: str | None = None,
     limit: int | None = None,
     progress: Progress | None = None,
 ) -> int:
@@ -184,7 +185,7 @@ def export_trajectories(
         url: the store's database URL.
         out_path: the file to create (overwritten); its folder is created.
         fmt: `jsonl`, `csv` or `parquet` (see the module docstring for the layouts).
-        run, env, task_id, status: keep only trajectories with these values; None keeps all.
+        run, env, task_id, status, tenant: keep only trajectories with these values; None keeps all.
         limit: export at most this many (the newest).
         progress: called with the running count as rows are written.
 
@@ -199,6 +200,6 @@ def export_trajectories(
         _pyarrow()  # fail before touching the database or the output file
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status, tenant=tenant)
     with _rows(url, where, limit) as records:
         return writers[fmt](records, path, progress or (lambda _count: None))

@@ -2,7 +2,7 @@
 
 Every statement here takes its WHERE from a `TrajectoryFilter` (`clauses()`), so whatever scopes the
 filter (a tenant, a date range) scopes every page of the inspector alike. They are shaped for a store of
-millions of rows: aggregates read the covering indexes of migration 0002 instead of the wide rows (whose
+millions of rows: aggregates read the covering indexes of migration 0003 instead of the wide rows (whose
 transcripts dominate the table), and trajectory lists page by keyset on `(created_at, id)`, so page 10,000
 costs what page 1 does. Functions take a SQLAlchemy `Session` the caller owns, as `repository` does.
 """

@@ -36,12 +36,16 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeEngine
 
+from gym_server.store.records import DEFAULT_TENANT
+
 __all__ = [
+    "ApiKey",
     "Base",
     "PolicyModel",
     "Rescore",
     "Trajectory",
     "UTCDateTime",
+    "api_keys_table",
     "rescores_table",
     "trajectories_table",
 ]
@@ -95,23 +99,20 @@ class Trajectory(Base):
     """One episode, live or finished: the durable form of a `TrajectoryRecord`."""
 
     __tablename__ = "trajectories"
-    # The rollout inspector's indexes (revision 0002), covering what its pages read so they never read the
+    # The rollout inspector's indexes (revision 0003), covering what its pages read so they never read the
     # wide rows (transcripts): runs, their curves and per-task means by run; keyset pages and run
-    # aggregates by env; the version filters. The policy filter's index is below the class.
+    # aggregates by env; the version filters; the tenant last in each. The policy filter's index is below
+    # the class.
     __table_args__ = (
-        Index("ix_trajectories_run_page", "run", "created_at", "id", "task_id", "reward", "failure"),
-        Index("ix_trajectories_env_page", "env", "created_at", "id", "run", "reward", "failure"),
         Index(
-            "ix_trajectories_env_version", "env_version", "run", "created_at", "task_id", "reward", "failure"
+            "ix_trajectories_run_page", "run", "created_at", "id", "task_id", "reward", "failure", "tenant"
         ),
-        Index(
-            "ix_trajectories_verifier_version",
-            "verifier_version",
-            "run",
-            "created_at",
-            "task_id",
-            "reward",
-            "failure",
+        Index("ix_trajectories_env_page", "env", "created_at", "id", "run", "reward", "failure", "tenant"),
+        *(
+            Index(
+                f"ix_trajectories_{name}", name, "run", "created_at", "task_id", "reward", "failure", "tenant"
+            )
+            for name in ("env_version", "verifier_version")
         ),
     )
 
@@ -137,6 +138,7 @@ class Trajectory(Base):
     metadata_: Mapped[JsonDict] = mapped_column("metadata")
     num_turns: Mapped[int]
     server_name: Mapped[name | None] = mapped_column(index=True)
+    tenant: Mapped[str] = mapped_column(String(64), index=True, server_default=DEFAULT_TENANT)
     created_at: Mapped[timestamp] = mapped_column(index=True)
     finished_at: Mapped[timestamp | None]
 
@@ -172,13 +174,31 @@ class Rescore(Base):
         )
 
 
+class ApiKey(Base):
+    """One API key: its public id, tenant and scopes, and a hash of its secret (never the secret)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[str] = mapped_column(String(64))  # comma-separated scope names
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None]
+    created_at: Mapped[timestamp]
+    revoked_at: Mapped[timestamp | None]
+
+    def __repr__(self) -> str:  # no hash: reprs end up in logs
+        return f"ApiKey(id={self.id!r}, tenant={self.tenant!r}, scopes={self.scopes!r})"
+
+
 # The Core tables, for bulk statements whose keys are column names (= the record's field names).
 trajectories_table: Table = Base.metadata.tables["trajectories"]
 rescores_table: Table = Base.metadata.tables["rescores"]
+api_keys_table: Table = Base.metadata.tables["api_keys"]
 
 
 class PolicyModel(FunctionElement[str]):
-    """The `model` of a trajectory's policy, spelled as the expression index of revision 0002 is.
+    """The `model` of a trajectory's policy, spelled as the expression index of revision 0003 is.
 
     An expression index serves only queries that spell the same expression, and SQLAlchemy's
     `policy["model"]` binds the path as a parameter, which neither SQLite nor Postgres matches to an index.
@@ -199,11 +219,11 @@ def _policy_model_postgres(element: PolicyModel, compiler: SQLCompiler, **kw: An
     return f"({compiler.process(element.clauses, **kw)} ->> 'model')"
 
 
-# The policy filter's index (revision 0002), with the columns the inspector reads beside the policy; at
+# The policy filter's index (revision 0003), with the columns the inspector reads beside the policy; at
 # module level, as it needs the column the class made.
 _columns = trajectories_table.c
 Index(
     "ix_trajectories_policy_model",
     PolicyModel(_columns.policy),
-    *(_columns[name] for name in ("run", "created_at", "env", "task_id", "reward", "failure")),
+    *(_columns[name] for name in ("run", "created_at", "env", "task_id", "reward", "failure", "tenant")),
 )

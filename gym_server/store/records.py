@@ -15,7 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["FailureClass", "TrajectoryRecord", "TrajectoryStatus", "utcnow"]
+__all__ = ["DEFAULT_TENANT", "FailureClass", "TrajectoryRecord", "TrajectoryStatus", "utcnow"]
+
+# The tenant of episodes made without an API key (authentication off) and of rows older than tenants.
+DEFAULT_TENANT = "default"
 
 
 def utcnow() -> datetime:
@@ -82,5 +85,6 @@ class TrajectoryRecord(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     num_turns: int = 0
     server_name: str | None = None
+    tenant: str = Field(DEFAULT_TENANT, description="the tenant of the API key that created it")
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None

@@ -56,6 +56,7 @@ class TrajectoryFilter(BaseModel):
     env: str | None = None
     task_id: str | None = None
     status: TrajectoryStatus | None = None
+    tenant: str | None = None  # the request's tenant; None when authentication is off (every tenant)
     env_version: str | None = None
     verifier_version: str | None = None
     policy: str | None = Field(None, description="the policy's `model` name")
@@ -69,6 +70,7 @@ class TrajectoryFilter(BaseModel):
             "env": self.env,
             "task_id": self.task_id,
             "status": self.status,
+            "tenant": self.tenant,
             "env_version": self.env_version,
             "verifier_version": self.verifier_version,
         }
@@ -157,9 +159,12 @@ def select_trajectories(where: TrajectoryFilter) -> Select[Any]:
     )
 
 
-def get_trajectory(session: Session, trajectory_id: str) -> TrajectoryRecord | None:
-    """The stored record with this id, or None."""
-    statement = select(trajectories_table).where(trajectories_table.c.id == trajectory_id)
+def get_trajectory(
+    session: Session, trajectory_id: str, tenant: str | None = None
+) -> TrajectoryRecord | None:
+    """The stored record with this id, or None; also None when it belongs to a tenant other than `tenant`."""
+    where = TrajectoryFilter(tenant=tenant).clauses()
+    statement = select(trajectories_table).where(trajectories_table.c.id == trajectory_id, *where)
     row = session.execute(statement).first()
     return None if row is None else row_to_record(row)
 
@@ -215,7 +220,7 @@ def count_trajectories(
 
 
 def count_matching(session: Session, where: TrajectoryFilter) -> int:
-    """How many stored records match `where`."""
+    """How many stored records `where` matches."""
     statement = select(func.count()).select_from(trajectories_table).where(*where.clauses())
     return session.execute(statement).scalar_one()
 

@@ -280,13 +280,17 @@ class TrajectoryStore:
             partial(rescore, reward=reward, components=components, verifier_version=verifier_version)
         )
 
-    async def get(self, trajectory_id: str) -> TrajectoryRecord | None:
-        """The newest record with this id: the queued one if not yet written, else the stored one."""
+    async def get(self, trajectory_id: str, tenant: str | None = None) -> TrajectoryRecord | None:
+        """The newest record with this id: the queued one if not yet written, else the stored one.
+
+        With a `tenant`, another tenant's record is None, as an unknown id is (ids must not leak).
+        """
         with self._lock:
             queued = self._queue.get(trajectory_id)
         if queued is not None:
-            return queued.record
-        return await self._call(partial(repository.get_trajectory, trajectory_id=trajectory_id))
+            return queued.record if tenant is None or queued.record.tenant == tenant else None
+        query = partial(repository.get_trajectory, trajectory_id=trajectory_id, tenant=tenant)
+        return await self._call(query)
 
     async def list(
         self,

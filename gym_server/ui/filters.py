@@ -1,7 +1,7 @@
 """The inspector's one source of `TrajectoryFilter`: the filter form's query parameters, as a dependency.
 
-Every page takes its filter from `UiFilterDep`, so whatever must scope every read of the inspector (the
-request's tenant, when keys are on) is added in `inspector_filter`, once.
+Every page takes its filter from `UiFilterDep`, so whatever must scope every read of the inspector is
+added in `inspector_filter`, once: the request's tenant (None with keys off, every tenant).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, Query
 
+from gym_server.api.deps import TenantDep
 from gym_server.errors import InvalidRequest
 from gym_server.store.records import TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
@@ -36,6 +37,7 @@ def _day(value: str | None, field: str) -> date | None:
 
 
 async def inspector_filter(
+    tenant: TenantDep,
     run: _Name = None,
     env: _Name = None,
     env_version: _Name = None,
@@ -53,6 +55,7 @@ async def inspector_filter(
         known = ", ".join(TrajectoryStatus)
         raise InvalidRequest(f"status must be one of {known}, got {status_name!r}")
     return TrajectoryFilter(
+        tenant=tenant,
         run=_blank_is_none(run),
         env=_blank_is_none(env),
         env_version=_blank_is_none(env_version),

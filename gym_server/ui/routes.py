@@ -20,7 +20,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
-from gym_server.api.deps import ManagerDep, RegistryDep, SettingsDep, StoreDep
+from gym_server.api.deps import ManagerDep, RegistryDep, SettingsDep, StoreDep, TenantDep
 from gym_server.errors import InvalidRequest, RolloutNotFound
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.store import inspector
@@ -172,14 +172,19 @@ async def compare_page(
 
 @router.get("/live")
 async def live_page(
-    request: Request, manager: ManagerDep, store: StoreDep, settings: SettingsDep
+    request: Request, manager: ManagerDep, store: StoreDep, settings: SettingsDep, tenant: TenantDep
 ) -> Response:
-    """Open sessions per environment against capacity, the sandbox pool and the trajectory writer."""
+    """Open sessions per environment against capacity, the sandbox pool and the trajectory writer.
+
+    With keys on, the sessions listed per environment are the tenant's own; the count against capacity,
+    the sandboxes and the writer are the server's, which every tenant shares.
+    """
     sandbox = await sandbox_runtime.health()
     return _page(
         request,
         "live.html",
-        by_env=sorted(manager.live_by_env().items()),
+        by_env=sorted(manager.live_by_env(tenant).items()),
+        tenant=tenant,
         live=manager.live_count,
         capacity=settings.sessions.max_sessions,
         sandbox=sandbox,

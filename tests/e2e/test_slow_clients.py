@@ -153,3 +153,19 @@ def test_a_connection_beyond_the_cap_is_answered_503_and_closed(
         assert time.monotonic() < deadline, "still refusing after the idle connections closed"
         time.sleep(0.05)
     server.stop()
+
+
+def test_a_websocket_outlives_the_http_deadlines(slow_server: ServerProcess) -> None:
+    """A WebSocket (the OpenEnv facade's session) held open well past the 2 s head deadline still works:
+    the deadlines are the HTTP exchange's and end when the connection is upgraded. Before the fix, the
+    head deadline armed for the upgrade request closed every WebSocket 2 s (10 s by default) in."""
+    from websockets.sync.client import connect as ws_connect
+
+    url = slow_server.url.replace("http://", "ws://") + "/v1/environments/counter/openenv/ws"
+    with ws_connect(url, open_timeout=10) as ws:
+        ws.send('{"type": "reset", "data": {"task_id": "counter-0000", "seed": 0}}')
+        assert '"observation"' in str(ws.recv(timeout=10))
+        time.sleep(5)  # two and a half deadlines with nothing sent
+        ws.send('{"type": "step", "data": {"type": "call_tool", "tool_name": "read", "arguments": {}}}')
+        answer = str(ws.recv(timeout=10))
+        assert answer.startswith('{"type":"observation"'), answer

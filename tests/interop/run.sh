@@ -25,7 +25,15 @@ for peer in "${peers[@]}"; do
         echo "== $peer: building $venv"
         rm -rf "$venv"
         if [ -f "$dir/python-version" ]; then
-            PYENV_VERSION=$(tr -d '[:space:]' < "$dir/python-version") python -m venv "$venv"
+            # pyenv's own lookup, not `python` on PATH: inside an activated venv that is the venv's python,
+            # whatever PYENV_VERSION says.
+            version=$(tr -d '[:space:]' < "$dir/python-version")
+            interpreter=$(PYENV_VERSION=$version pyenv which python 2>/dev/null || true)
+            if [ -z "$interpreter" ]; then
+                echo "$peer needs Python $version: install it with pyenv (pyenv install $version)"
+                exit 2
+            fi
+            "$interpreter" -m venv "$venv"
         else
             "$PYTHON" -m venv "$venv"
         fi

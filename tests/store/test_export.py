@@ -94,6 +94,8 @@ def test_export_filters_and_limit(
     live = TrajectoryStatus.LIVE
     assert export_trajectories(store_url, out, fmt, env="math", task_id="task-1", status=live) == 4
     assert {record.task_id for record in READERS[fmt](out)} == {"task-1"}
+    assert export_trajectories(store_url, out, fmt, tenant="default") == len(stored)  # rows made without keys
+    assert export_trajectories(store_url, out, fmt, tenant="someone-else") == 0
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])

@@ -58,6 +58,9 @@ class GymClient:
         retry: the bounded retry policy for 429, 503 and requests that never reached the server.
         max_connections: pooled sockets per client; more concurrent requests queue for a connection.
         transport: an httpx transport for tests (e.g. `httpx.ASGITransport(app)`).
+        headers: sent with every request.
+        api_key: the gym's API key (`gym-server keys create`), sent as `Authorization: Bearer`; needed
+            when the server requires keys (it binds a non-loopback address, or `GYM_AUTH__MODE=on`).
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class GymClient:
         max_connections: int = 256,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: dict[str, str] | None = None,
+        api_key: str | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not urls:
@@ -82,7 +86,11 @@ class GymClient:
             timeout=self.timeouts.httpx(),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             transport=transport,
-            headers={"user-agent": "gym-server-trainer-client", **(headers or {})},
+            headers={
+                "user-agent": "gym-server-trainer-client",
+                **({"authorization": f"Bearer {api_key}"} if api_key else {}),
+                **(headers or {}),
+            },
         )
         self.retries = 0  # how many retries this client has made (for summaries and tests)
 

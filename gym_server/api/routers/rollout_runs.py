@@ -27,13 +27,14 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from gym_server import jsontext
-from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep
+from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep, TenantDep
 from gym_server.api.errors import StrictJsonRoute
 from gym_server.egress import refusal
 from gym_server.errors import EndpointNotAllowed, GymError, InvalidRequest, NotFoundError
 from gym_server.rollout_runs import RolloutRun
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
+from gym_server.store.records import DEFAULT_TENANT
 from gym_server.trainer_adapters.chat import Renderer
 from gym_server.trainer_adapters.client import GymAPIError, SessionInfo, StepResult, VerifyResult
 from gym_server.trainer_adapters.driver import (
@@ -301,7 +302,7 @@ async def _play(
     },
 )
 async def start_rollouts(
-    body: RolloutRunRequest, manager: ManagerDep, registry: RegistryDep, runs: RunBoardDep
+    body: RolloutRunRequest, manager: ManagerDep, registry: RegistryDep, runs: RunBoardDep, tenant: TenantDep
 ) -> Response:
     # Before anything else: a refused endpoint is never connected to, not even to fail.
     refused = refusal(body.policy.base_url, runs.settings.policy_urls, "GYM_ROLLOUT_RUNS__POLICY_URLS")
@@ -314,6 +315,7 @@ async def start_rollouts(
         run=body.run or f"rollouts-{run_id[:12]}",
         episodes=len(specs),
         concurrency=min(body.concurrency, runs.settings.max_concurrency),
+        tenant=tenant or DEFAULT_TENANT,
     )
     task = runs.start(job, partial(_play, body=body, specs=specs, manager=manager, slots=runs.session_slots))
     if body.wait:
@@ -331,8 +333,8 @@ async def start_rollouts(
     summary="Progress and summary of a server-driven run",
     responses={404: {"description": "unknown or forgotten run (runs live in the process that started them)"}},
 )
-async def get_rollout_run(run_id: str, runs: RunBoardDep) -> dict[str, Any]:
-    view = runs.view(run_id)
+async def get_rollout_run(run_id: str, runs: RunBoardDep, tenant: TenantDep) -> dict[str, Any]:
+    view = runs.view(run_id, tenant)
     if view is None:
         raise NotFoundError(
             f"no rollout run {run_id!r} in this process: it never started here, or it finished before the "

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from gym_server.api.deps import RegistryDep, SettingsDep, StoreDep
+from gym_server.api.deps import RegistryDep, SettingsDep, StoreDep, TenantDep
 from gym_server.api.errors import StrictJsonRoute
 from gym_server.api.schemas import RolloutPage
 from gym_server.errors import RolloutNotFound
@@ -23,6 +23,7 @@ router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"], route_class=StrictJ
 @router.get("", response_model=RolloutPage, summary="List stored trajectories, newest first")
 async def list_rollouts(
     store: StoreDep,
+    tenant: TenantDep,
     run: Annotated[str | None, Query(max_length=256)] = None,
     env: Annotated[str | None, Query(max_length=128)] = None,
     task_id: Annotated[str | None, Query(max_length=256)] = None,
@@ -30,7 +31,7 @@ async def list_rollouts(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RolloutPage:
-    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status)
+    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status, tenant=tenant)
     items, total = await store.page(where, offset=offset, limit=limit)
     return RolloutPage(offset=offset, limit=limit, total=total, items=items)
 
@@ -41,8 +42,8 @@ async def list_rollouts(
     summary="One stored trajectory",
     responses={404: {"description": "unknown rollout"}},
 )
-async def get_rollout(rollout_id: str, store: StoreDep) -> TrajectoryRecord:
-    record = await store.get(rollout_id)
+async def get_rollout(rollout_id: str, store: StoreDep, tenant: TenantDep) -> TrajectoryRecord:
+    record = await store.get(rollout_id, tenant=tenant)
     if record is None:
         raise RolloutNotFound(rollout_id)
     return record
@@ -83,8 +84,10 @@ class ReverifyResponse(BaseModel):
     },
 )
 async def reverify_rollout(
-    rollout_id: str, store: StoreDep, registry: RegistryDep, settings: SettingsDep
+    rollout_id: str, store: StoreDep, registry: RegistryDep, settings: SettingsDep, tenant: TenantDep
 ) -> ReverifyResponse:
+    if tenant is not None and await store.get(rollout_id, tenant=tenant) is None:
+        raise RolloutNotFound(rollout_id)  # another tenant's: as unknown as an id never used
     outcome = await Rescorer(registry, store, settings.limits).rescore(rollout_id)
     return ReverifyResponse(
         rollout_id=outcome.rollout_id,

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_server import jsontext
 from gym_server.api.asgi import has_json_content_type, read_body, replay_body
-from gym_server.api.deps import ManagerDep, StoreDep
+from gym_server.api.deps import ManagerDep, StoreDep, TenantDep
 from gym_server.api.errors import StrictJsonRoute, on_gym_error, parse_body
 from gym_server.api.schemas import (
     CreateSessionRequest,
@@ -161,13 +161,15 @@ async def record_truncated_turn(
 
 
 @router.get("/{session_id}", response_model=SessionState, summary="Transcript and state", responses=_ERRORS)
-async def get_session(session_id: str, manager: ManagerDep, store: StoreDep) -> SessionState:
+async def get_session(
+    session_id: str, manager: ManagerDep, store: StoreDep, tenant: TenantDep
+) -> SessionState:
     try:
         return _live_state(manager.get(session_id))
     except GymError as exc:
         if exc.status not in (404, 410):
             raise
-        stored = await store.get(session_id)
+        stored = await store.get(session_id, tenant=tenant)
         if stored is None:
             raise
         return _stored_state(stored)

@@ -108,6 +108,11 @@ async def _in_session(
     """A request of an open MCP session: tag it with its gym session; a DELETE stores the episode first."""
     binding = facade.episodes.get(mcp_id)
     if binding is not None:
+        # The SDK runs the session's handlers in the task of the request that opened it, so a request
+        # of another tenant must be stopped here, answered as an MCP session id never issued.
+        if not facade.episodes.manager.owned(binding.session_id):
+            await _send_error(send, 404, mapping.INVALID_REQUEST, "unknown MCP session", None)
+            return
         if binding.env != env:
             await _send_error(
                 send,

@@ -15,7 +15,7 @@ from typing import Final
 from fastapi import FastAPI
 from starlette.routing import WebSocketRoute
 
-from gym_server.protocols.openenv.fastpath import OpenEnvStepFastPath
+from gym_server.protocols.openenv.fastpath import OpenEnvFastPath
 from gym_server.protocols.openenv.http import OPENENV_HTTP_PREFIX, router
 from gym_server.protocols.openenv.websocket import openenv_websocket
 
@@ -26,7 +26,7 @@ OPENENV_WS_PATH: Final = f"{OPENENV_PREFIX}/ws"
 
 
 def mount(app: FastAPI) -> None:
-    """Add the OpenEnv routes to `app`, and the fast path of its HTTP step."""
-    app.add_middleware(OpenEnvStepFastPath)
+    """Add the OpenEnv routes to `app`, and the fast path of its HTTP reset and step."""
+    app.add_middleware(OpenEnvFastPath)
     app.include_router(router)
     app.router.routes.append(WebSocketRoute(OPENENV_WS_PATH, openenv_websocket))

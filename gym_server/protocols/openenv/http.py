@@ -25,7 +25,7 @@ from gym_server.protocols.openenv import mapping
 from gym_server.protocols.openenv.episodes import act, open_episode
 from gym_server.sessions.manager import SessionManager
 
-__all__ = ["OPENENV_HTTP_PREFIX", "StepBody", "router", "step_answer"]
+__all__ = ["OPENENV_HTTP_PREFIX", "StepBody", "reset_answer", "router", "step_answer"]
 
 OPENENV_HTTP_PREFIX = "/v1/environments/{env:path}/openenv"  # a family member's name holds a slash
 
@@ -43,8 +43,11 @@ class StepBody(BaseModel):
     request_id: str | None = Field(None, max_length=255)
 
 
+_JSON = "application/json"
+
+
 def _json(payload: dict[str, Any]) -> Response:
-    return Response(jsontext.dumps(payload, default=str), media_type="application/json")
+    return Response(jsontext.dumps(payload, default=str), media_type=_JSON)
 
 
 def _manager(request: Request) -> SessionManager:
@@ -62,28 +65,37 @@ def _invalid(exc: mapping.ActionError) -> RequestValidationError:
 
 @router.post("/reset", summary="OpenEnv reset: open an episode (body: seed, episode_id, task_id, split, run)")
 async def reset(env: str, request: Request) -> Response:
-    raw = await request.body()
-    params = (
-        parse_body(raw, mapping.ResetParams) if raw else mapping.ResetParams()
-    )  # OpenEnv's body is optional
-    session = await open_episode(_manager(request), env, params, "http")
-    return _json(mapping.reset_result(session, "http"))
+    """The documented form of the route; `OpenEnvFastPath` serves the requests it accepts as is."""
+    return Response(await reset_answer(_manager(request), env, await request.body()), media_type=_JSON)
 
 
 @router.post("/step", summary="OpenEnv step: one action on the episode named by episode_id")
 async def step(env: str, request: Request) -> Response:
-    """The documented form of the route; `OpenEnvStepFastPath` serves the requests it accepts as is."""
-    answer = await step_answer(_manager(request), env, parse_body(await request.body(), StepBody))
-    return Response(answer, media_type="application/json")
+    """The documented form of the route; `OpenEnvFastPath` serves the requests it accepts as is."""
+    return Response(await step_answer(_manager(request), env, await request.body()), media_type=_JSON)
 
 
-async def step_answer(manager: SessionManager, env: str, body: StepBody) -> bytes:
+async def reset_answer(manager: SessionManager, env: str, raw: bytes) -> bytes:
+    """OpenEnv's reset answer, as JSON: a new gym episode (OpenEnv's body is optional).
+
+    Raises:
+        RequestValidationError: a body that is not OpenEnv's reset request (422).
+        GymError: as the native session create (404, 429, 503, ...).
+    """
+    params = parse_body(raw, mapping.ResetParams) if raw else mapping.ResetParams()
+    session = await open_episode(manager, env, params, "http")
+    return jsontext.dumps(mapping.reset_result(session, "http"), default=str)
+
+
+async def step_answer(manager: SessionManager, env: str, raw: bytes) -> bytes:
     """OpenEnv's step answer, as JSON; the step that ends the episode closes it first.
 
     Raises:
-        RequestValidationError: a tool call the native step refuses (422, nothing stored).
+        RequestValidationError: a body that is not a `StepBody`, or a tool call the native step refuses
+            (422, nothing stored).
         GymError: as the native step (404, 409, 410, ...).
     """
+    body = parse_body(raw, StepBody)
     _check_env(manager, body.episode_id, env)
     try:
         answer = await act(manager, body.episode_id, body.action)

@@ -1,7 +1,7 @@
 """The rollout inspector's indexes: covering run aggregates, keyset pages, per-task means and every filter.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-25
 """
 
@@ -12,15 +12,17 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | Sequence[str] | None = "0001"
+revision: str = "0003"
+down_revision: str | Sequence[str] | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_BESIDE = ["run", "created_at", "task_id", "reward", "failure"]
+# The tenant last in every index: with keys off no query names it, with keys on every query does, and
+# either way the index answers without reading the rows.
+_BESIDE = ["run", "created_at", "task_id", "reward", "failure", "tenant"]
 _INDEXES: dict[str, list[str]] = {
-    "ix_trajectories_run_page": ["run", "created_at", "id", "task_id", "reward", "failure"],
-    "ix_trajectories_env_page": ["env", "created_at", "id", "run", "reward", "failure"],
+    "ix_trajectories_run_page": ["run", "created_at", "id", "task_id", "reward", "failure", "tenant"],
+    "ix_trajectories_env_page": ["env", "created_at", "id", "run", "reward", "failure", "tenant"],
     "ix_trajectories_env_version": ["env_version", *_BESIDE],
     "ix_trajectories_verifier_version": ["verifier_version", *_BESIDE],
 }
@@ -33,7 +35,7 @@ _POLICY_MODEL = {"sqlite": "json_extract(policy, '$.model')", "postgresql": "(po
 # Run right after the policy: the runs page groups by run in index order (179 ms with half of a million
 # rows matching, against 450 ms with env second; comparing two policies task by task then reads each
 # policy's half whole either way).
-_BESIDE_POLICY = ["run", "created_at", "env", "task_id", "reward", "failure"]
+_BESIDE_POLICY = ["run", "created_at", "env", "task_id", "reward", "failure", "tenant"]
 
 
 def upgrade() -> None:
