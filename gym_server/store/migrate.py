@@ -42,6 +42,7 @@ __all__ = [
     "json_dumps",
     "make_engine",
     "mask_url",
+    "refresh_statistics",
     "upgrade_database",
 ]
 
@@ -154,6 +155,23 @@ def current_revision(url: str | URL) -> str | None:
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def refresh_statistics(url: str | URL) -> None:
+    """Give SQLite's query planner fresh statistics (`ANALYZE`); PostgreSQL's autovacuum keeps its own.
+
+    Without them SQLite takes every equality on an indexed column as selective: with keys on, each read
+    names its tenant, and the planner then chose the one-column tenant index (every row of a big tenant,
+    read whole) over the inspector's covering indexes (tenant last): 0.6 s instead of 1 ms for a page of
+    trajectories on a million rows. A full ANALYZE of that store took 0.9 s; the server runs it at start.
+    """
+    engine = make_engine(url)
+    try:
+        if engine.dialect.name == "sqlite":
+            with engine.begin() as connection:
+                connection.execute(text("ANALYZE"))
     finally:
         engine.dispose()
 
