@@ -10,6 +10,7 @@ each page `--repeats` times through httpx's ASGI transport, reading the server's
     python benchmarks/ui.py --n 20000                 # a smoke run (seconds)
     python benchmarks/ui.py --n 1000000 --db var/bench/ui-1m.sqlite   # the full run (generation: ~90 s)
     python benchmarks/ui.py --n 20000 --writer   # and what the inspector's indexes cost the writer
+    python benchmarks/ui.py --n 20000 --keyed    # keys on: every page scoped to the rows' tenant
 
 A store already at the path with N rows is reused (`--db`), so a second run only measures.
 """
@@ -33,10 +34,11 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from gym_server.app import create_app
+from gym_server.auth.keystore import create_key
 from gym_server.settings import Settings
 from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.models import rescores_table, trajectories_table
-from gym_server.store.records import TrajectoryRecord
+from gym_server.store.records import DEFAULT_TENANT, TrajectoryRecord
 from gym_server.store.repository import upsert_trajectories
 
 ENVS = ("math", "tool_call", "humaneval")
@@ -152,13 +154,25 @@ def writer_rows_per_s(revision: str, n: int = 20_000, batch: int = 256) -> float
             engine.dispose()
 
 
-async def measure(url: str, repeats: int) -> list[tuple[str, list[float]]]:
-    """Server milliseconds per request of each page, as `Server-Timing` reports them."""
-    settings = Settings(store={"url": url}, sandbox={"backend": "unsafe-no-sandbox"})
+async def measure(url: str, repeats: int, keyed: bool) -> list[tuple[str, list[float]]]:
+    """Server milliseconds per request of each page, as `Server-Timing` reports them.
+
+    `keyed`: keys on and a `read` key of the tenant every generated row belongs to, so every read is
+    scoped by tenant (and matches the whole store).
+    """
+    auth: dict[str, Any] = {"mode": "on" if keyed else "off"}
+    settings = Settings(store={"url": url}, sandbox={"backend": "unsafe-no-sandbox"}, auth=auth)
+    headers = {}
+    if keyed:
+        engine = make_engine(url)
+        try:
+            headers["Authorization"] = f"Bearer {create_key(engine, DEFAULT_TENANT, ['read'])[1]}"
+        finally:
+            engine.dispose()
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=headers) as client:
             first = (await client.get("/ui/trajectories")).text
             cursor_page = await _deep_cursor(client, hops=20)
             pages = [
@@ -211,6 +225,7 @@ def main() -> None:
     parser.add_argument("--db", type=Path, help="SQLite file to create or reuse (default: a temporary one)")
     parser.add_argument("--url", help="a database URL instead (PostgreSQL), used as is")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--keyed", action="store_true", help="keys on: every page scoped to a tenant")
     parser.add_argument(
         "--writer",
         action="store_true",
@@ -222,7 +237,7 @@ def main() -> None:
         seconds = generate(url, args.n)
         print(f"store: {args.n:,} trajectories, generated in {seconds:.1f} s ({url.split('://')[0]})")
         load = os.getloadavg()
-        results = asyncio.run(measure(url, args.repeats))
+        results = asyncio.run(measure(url, args.repeats, args.keyed))
         load_after = os.getloadavg()
     print(
         f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, "
