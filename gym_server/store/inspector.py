@@ -247,10 +247,19 @@ class TaskReward(BaseModel):
 
 
 def task_rewards(session: Session, where: TrajectoryFilter) -> dict[str, TaskReward]:
-    """Mean reward per task over the trajectories `where` keeps, keyed by task id."""
+    """Mean reward per task over the trajectories `where` keeps, keyed by task id.
+
+    Grouped by `coalesce(task_id, '')` (the same value: the column is never null) rather than the bare
+    column: given statistics, SQLite otherwise walks the one-column task index to skip a sort, and with a
+    filter that matches half the store (a policy) reads every row whole, 3.3 s instead of 0.6 s on a
+    million rows. The expression lets the filter's own index drive the read.
+    """
+    task = func.coalesce(_columns.task_id, "")
     statement = (
-        select(_columns.task_id, func.count().label("count"), func.avg(_columns.reward).label("reward_mean"))
+        select(
+            task.label("task_id"), func.count().label("count"), func.avg(_columns.reward).label("reward_mean")
+        )
         .where(*where.clauses())
-        .group_by(_columns.task_id)
+        .group_by(task)
     )
     return {row.task_id: TaskReward.model_validate(row._asdict()) for row in session.execute(statement)}
