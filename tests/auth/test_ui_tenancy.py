@@ -8,20 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from authtest import KeyMaker, bearer
-from sqlalchemy.orm import Session
+from store.test_export import store_records
 
-from gym_server.store.migrate import make_engine
 from gym_server.store.records import TrajectoryRecord
-from gym_server.store.repository import upsert_trajectories
-
-
-def _store(url: str, *records: TrajectoryRecord) -> None:
-    engine = make_engine(url)
-    try:
-        with Session(engine) as session, session.begin():
-            upsert_trajectories(session, records)
-    finally:
-        engine.dispose()
 
 
 def _episode(tenant: str, reward: float) -> TrajectoryRecord:
@@ -43,7 +32,7 @@ async def test_inspector_pages_show_only_the_keys_tenant(
 ) -> None:
     mine, theirs = tenant(), tenant()
     key = keys.create(mine, "read")
-    _store(database_url, _episode(mine, 1.0), _episode(theirs, 0.0))
+    store_records(database_url, [_episode(mine, 1.0), _episode(theirs, 0.0)])
     async with secured() as gym:
         headers = bearer(key)
         runs = await gym.client.get("/ui/runs", headers=headers)
