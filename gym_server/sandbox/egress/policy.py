@@ -5,10 +5,12 @@ connection to exactly those and refuses everything else. The checks here are the
 free of I/O but for name resolution, so they can be tested on their own:
 
 - The requested host must be an entry's host, compared in one canonical form: DNS names in lower case
-  without a trailing dot, IP literals as addresses (an IPv4-mapped IPv6 literal is its IPv4 address).
+  without a trailing dot, IP literals as addresses.
 - IP literals in the legacy forms that `inet_aton` and browsers accept (`2130706433`, `0x7f.1`,
-  `0177.0.0.1`, `127.1`) are refused outright rather than interpreted: a name whose last label is a
-  number is not a DNS name, and reading it as an address is how allow-lists are walked around.
+  `0177.0.0.1`, `127.1`) and IPv4-mapped IPv6 literals (`[::ffff:127.0.0.1]`) are refused outright
+  rather than interpreted: a name whose last label is a number is not a DNS name, and reading such
+  forms as addresses is how allow-lists are walked around. (A resolver's IPv4-mapped answer is checked
+  as the IPv4 address it maps.)
 - A name is resolved by the proxy itself, every address it resolves to is checked, and the proxy
   connects to the checked addresses only (never resolving again), so a short-lived DNS answer cannot
   swap in another address between the check and the connection.
@@ -87,7 +89,9 @@ def canonical_host(text: str) -> Host:
             address = ipaddress.IPv6Address(inner)
         except ValueError:
             raise ValueError(f"{text!r} is not an IPv6 address") from None
-        return address.ipv4_mapped or address
+        if address.ipv4_mapped is not None:
+            raise ValueError(f"{text!r} is an IPv4-mapped IPv6 literal; write the IPv4 address")
+        return address
     if ":" in host:
         raise ValueError(f"{text!r}: write an IPv6 address in brackets, [addr]")
     host = host.removesuffix(".")
