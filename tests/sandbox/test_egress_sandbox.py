@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 from echoserver import EchoServer
 
+from gym_server.errors import SandboxUnavailable
+from gym_server.sandbox import runtime
 from gym_server.sandbox.egress.mount import MOUNT, PROXY_PORT
 from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
+from gym_server.settings import EgressSettings, SandboxSettings, Settings
 
 LIMITS = Limits(timeout_s=20.0)
 
@@ -205,3 +208,41 @@ async def test_close_takes_the_proxy_down(
     folder = proxy.socket_path.parent
     await box.close()
     assert not folder.exists()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [pytest.param("bubblewrap", marks=pytest.mark.bwrap), pytest.param("docker", marks=pytest.mark.docker)],
+)
+@pytest.mark.parametrize(
+    ("operator", "reachable"),
+    [
+        ({}, True),
+        ({"enabled": False}, False),
+        ({"allowed": ["pypi.org:443"]}, False),
+        ({"allowed": ["127.0.0.1:{port}"]}, True),
+    ],
+)
+async def test_an_environments_session_sandbox_under_the_operators_settings(
+    echo_servers: tuple[EchoServer, EchoServer], kind: str, operator: dict[str, object], reachable: bool
+) -> None:
+    """The path environments take: `session_sandbox(..., egress=Environment.egress)` on the server's
+    runtime, with the operator's switch and ceiling applied."""
+    port = echo_servers[0].port
+    if "allowed" in operator:
+        operator = {"allowed": [str(entry).format(port=port) for entry in operator["allowed"]]}  # type: ignore[attr-defined]
+    settings = Settings(sandbox=SandboxSettings(backend=kind, pool_size=0, egress=EgressSettings(**operator)))
+    try:
+        await runtime.start(settings)
+    except SandboxUnavailable as exc:
+        pytest.skip(f"{kind} backend unavailable: {exc.detail}")
+    try:
+        lease = await runtime.session_sandbox(LIMITS, session_id="env-session", egress=[f"127.0.0.1:{port}"])
+        try:
+            reply = await fetch(await lease.get(), f"http://127.0.0.1:{port}/from-env")
+        finally:
+            await lease.close()
+    finally:
+        await runtime.shutdown()
+    assert (reply["status"] == 200) is reachable, reply
+    assert echo_servers[0].connections == (1 if reachable else 0)
