@@ -92,7 +92,26 @@ async def test_refusals_never_reach_a_server(
 
 @pytest.mark.parametrize(
     "request_head",
-    ["GET https://127.0.0.1/ HTTP/1.1", "GET / HTTP/1.1", "CONNECT 127.0.0.1 HTTP/1.1", "hello"],
+    [
+        "GET https://127.0.0.1/ HTTP/1.1",
+        "GET / HTTP/1.1",
+        "CONNECT 127.0.0.1 HTTP/1.1",
+        "GET http://[::1/ HTTP/1.1",
+        "GET http://127.0.0.1:99999/ HTTP/1.1",
+        "GET http://user@127.0.0.1/ HTTP/1.1",
+        "hello",
+        "GET http://127.0.0.1/" + "a" * 20000 + " HTTP/1.1",
+    ],
+    ids=[
+        "https-absolute",
+        "origin-form",
+        "connect-no-port",
+        "bad-ipv6",
+        "bad-port",
+        "userinfo",
+        "junk",
+        "huge",
+    ],
 )
 async def test_what_is_not_a_proxy_request_gets_400(proxy: EgressProxy, request_head: str) -> None:
     _, writer, head = await ask(proxy, f"{request_head}\r\n\r\n")

@@ -66,8 +66,8 @@ class _Request:
     head: bytes  # what is sent upstream before relaying (plain HTTP); empty for CONNECT
 
 
-class _BadRequest(Exception):
-    pass
+class _BadRequest(ValueError):
+    """The connection did not open with a proxy request this proxy serves."""
 
 
 class EgressProxy:
@@ -140,7 +140,7 @@ class EgressProxy:
         try:
             try:
                 request = await asyncio.wait_for(_read_request(reader), _HEAD_TIMEOUT_S)
-            except (_BadRequest, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            except (ValueError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 await _answer(writer, 400, f"not a proxy request: {exc or type(exc).__name__}")
                 return
             if self._open >= self.policy.max_connections:
