@@ -100,6 +100,7 @@ async def test_refusals_never_reach_a_server(
         "GET http://127.0.0.1:99999/ HTTP/1.1",
         "GET http://user@127.0.0.1/ HTTP/1.1",
         "hello",
+        "CONNECT evil\nforged-log-line:80 HTTP/1.1",
         "GET http://127.0.0.1/" + "a" * 20000 + " HTTP/1.1",
     ],
     ids=[
@@ -110,6 +111,7 @@ async def test_refusals_never_reach_a_server(
         "bad-port",
         "userinfo",
         "junk",
+        "control-chars",
         "huge",
     ],
 )

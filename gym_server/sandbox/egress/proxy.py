@@ -144,17 +144,17 @@ class EgressProxy:
                 await _answer(writer, 400, f"not a proxy request: {exc or type(exc).__name__}")
                 return
             if self._open >= self.policy.max_connections:
-                decision = Decision(
-                    request.host, request.port, False, f"over {self.policy.max_connections} open connections"
-                )
-            else:
-                decision = await self.policy.decide(request.host, request.port)
-            self._record(decision)
-            if not decision.allowed:
-                await _answer(writer, 403, f"egress refused: {decision.reason}")
+                cap = f"over {self.policy.max_connections} open connections"
+                self._record(Decision(request.host, request.port, False, cap))
+                await _answer(writer, 403, f"egress refused: {cap}")
                 return
-            self._open += 1
+            self._open += 1  # the slot is taken before the first await, so the cap holds under a burst
             try:
+                decision = await self.policy.decide(request.host, request.port)
+                self._record(decision)
+                if not decision.allowed:
+                    await _answer(writer, 403, f"egress refused: {decision.reason}")
+                    return
                 opened = await self._connect(decision)
                 if opened is None:
                     await _answer(writer, 502, f"could not connect to {decision.host}:{decision.port}")
@@ -217,6 +217,8 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request:
     parts = line.split(b" ")
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
         raise _BadRequest("malformed request line")
+    if any(byte < 0x21 or byte > 0x7E for byte in parts[1]):  # the target goes into log lines
+        raise _BadRequest("the target must be printable ASCII")
     method, target, version = (part.decode("latin-1") for part in parts)
     if method == "CONNECT":
         host, port = _authority(target)
