@@ -8,7 +8,8 @@ import threading
 
 
 class EchoServer:
-    """An HTTP server on 127.0.0.1 that answers every request with its request line and headers.
+    """An HTTP server on 127.0.0.1 that answers every request with its request line and headers, or
+    with N bytes for `/bytes/N` (to push volume through the proxy).
 
     `connections` counts accepted connections, so a test can tell a refusal by the proxy (no
     connection ever made) from one by the server.
@@ -23,7 +24,9 @@ class EchoServer:
                 super().setup()
 
             def do_GET(self) -> None:
-                body = f"{self.requestline}\n{self.headers}".encode()
+                size = self.path.removeprefix("/bytes/")
+                body = bytes(range(256)) * (int(size) // 256) if size.isdigit() else b""
+                body = body or f"{self.requestline}\n{self.headers}".encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

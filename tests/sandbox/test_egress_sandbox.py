@@ -136,6 +136,32 @@ async def test_a_listed_name_that_resolves_to_loopback_is_refused(
         await box.close()
 
 
+# Eight threads fetch 2 MiB each at once through the forwarder, each checking what it got.
+PARALLEL = """
+import sys, threading, urllib.request
+url, ok = sys.argv[1], []
+expected = bytes(range(256)) * (2097152 // 256)
+def get():
+    with urllib.request.urlopen(url, timeout=20) as reply:
+        ok.append(reply.read() == expected)
+threads = [threading.Thread(target=get) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sum(ok))
+"""
+
+
+async def test_parallel_bulk_transfers_through_the_forwarder(
+    allowed_box: Sandbox, echo_servers: tuple[EchoServer, EchoServer]
+) -> None:
+    url = f"http://127.0.0.1:{echo_servers[0].port}/bytes/2097152"
+    result = await allowed_box.exec(["python3", "-c", PARALLEL, url])
+    assert result.exit_code == 0, result.text("stderr")
+    assert result.text().strip() == "8", result.text("stderr")[-2000:]
+    assert echo_servers[0].connections == 8
+    assert getattr(allowed_box, "egress").counts == {"allowed": 8}  # noqa: B009 - both backends have it
+
+
 async def test_connect_tunnels_from_inside_the_sandbox(
     allowed_box: Sandbox, echo_servers: tuple[EchoServer, EchoServer]
 ) -> None:

@@ -49,13 +49,13 @@ def _serve(listener: socket.socket, target: str) -> None:
             selector.unregister(sock)
 
     def drop(sock: socket.socket) -> None:
-        for pipe in pipes.pop(sock, []):
-            for other in (pipe.source, pipe.sink):
-                if other in pipes:
-                    pipes.pop(other)
-                if other in selector.get_map():
-                    selector.unregister(other)
-                other.close()
+        """Close a relayed connection: both of its sockets, each once."""
+        pair = {end for pipe in pipes.pop(sock, []) for end in (pipe.source, pipe.sink)} | {sock}
+        for end in pair:
+            pipes.pop(end, None)
+            if end.fileno() >= 0 and end in selector.get_map():
+                selector.unregister(end)
+            end.close()
 
     def done(sock: socket.socket) -> bool:
         return all(pipe.eof and not pipe.pending for pipe in pipes.get(sock, []))
@@ -64,7 +64,10 @@ def _serve(listener: socket.socket, target: str) -> None:
         for key, events in selector.select():
             sock = key.fileobj
             if sock is listener:
-                client, _ = listener.accept()
+                try:
+                    client, _ = listener.accept()
+                except OSError:  # out of file descriptors, a connection reset while queued
+                    continue
                 upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
                     upstream.connect(target)
@@ -96,7 +99,7 @@ def _serve(listener: socket.socket, target: str) -> None:
                         pipe.pending = pipe.pending[sent:]
             except BlockingIOError:
                 pass
-            except OSError:
+            except OSError:  # one connection failing never ends the others
                 drop(sock)
                 continue
             if done(sock):
