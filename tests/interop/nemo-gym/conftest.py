@@ -25,16 +25,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gym_servers import Gym, anyio_backend, free_port, gym, gym_with
+from gym_servers import Gym, KeyedGym, anyio_backend, bearer, free_port, gym, gym_with, keyed_gym
 
 __all__ = [
     "Gym",
+    "KeyedGym",
     "NemoResources",
     "NemoServers",
     "anyio_backend",
+    "bearer",
     "free_port",
     "gym",
     "gym_with",
+    "keyed_gym",
     "nemo_resources",
     "nemo_servers",
 ]
