@@ -38,6 +38,7 @@ __all__ = [
     "gym",
     "gym_with",
     "keyed_gym",
+    "keyed_nemo_servers",
     "nemo_resources",
     "nemo_servers",
 ]
@@ -60,6 +61,16 @@ class NemoServers:
 
 @pytest.fixture
 def nemo_servers(gym: Gym, tmp_path: Path) -> Iterator[NemoServers]:
+    yield from _nemo_servers(gym, tmp_path, {})
+
+
+@pytest.fixture
+def keyed_nemo_servers(keyed_gym: KeyedGym, tmp_path: Path) -> Iterator[NemoServers]:
+    """The agent on a gym that requires keys, given acme's `episodes` key as a NeMo Gym user would."""
+    yield from _nemo_servers(keyed_gym.gym, tmp_path, {"GYM_API_KEY": keyed_gym.episodes})
+
+
+def _nemo_servers(gym: Gym, tmp_path: Path, env: dict[str, str]) -> Iterator[NemoServers]:
     agent_port, policy_port = free_port(), free_port()
     log = (tmp_path / "nemo.log").open("wb")
     args = [
@@ -70,7 +81,9 @@ def nemo_servers(gym: Gym, tmp_path: Path) -> Iterator[NemoServers]:
         str(agent_port),
         str(policy_port),
     ]
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=HERE)
+    process = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, env={**os.environ, **env}
+    )
     deadline = time.monotonic() + 60
     while not all(_listening(port) for port in (agent_port, policy_port)):
         if process.poll() is not None or time.monotonic() > deadline:
