@@ -19,6 +19,7 @@ from gym_server.egress import DEFAULT_POLICY_URLS, parse_prefix
 
 __all__ = [
     "AuthSettings",
+    "EgressSettings",
     "HttpSettings",
     "LimitSettings",
     "QuotaSettings",
@@ -131,6 +132,33 @@ class StoreSettings(BaseModel):
         return self.url or f"sqlite:///{self.path}"
 
 
+class EgressSettings(BaseModel):
+    """The operator's say over sandbox egress (see gym_server/sandbox/egress): on/off and a ceiling.
+
+    Environments declare the `host:port` entries their sandboxes may reach; the operator can switch
+    egress off for every sandbox, or cap it: with `allowed` set, only entries also listed there are
+    kept (the rest are dropped with a warning), so an installed environment cannot widen it alone.
+    """
+
+    enabled: bool = Field(
+        True, description="False: every sandbox stays offline, whatever environments declare"
+    )
+    allowed: list[str] | None = Field(
+        None, description="host:port entries environments may use (default: any they declare)"
+    )
+    max_connections: int = Field(32, ge=1, description="connections one sandbox may hold open at once")
+    connect_timeout_s: float = Field(10.0, gt=0, description="how long a connection upstream may take")
+
+    @field_validator("allowed")
+    @classmethod
+    def _entries(cls, value: list[str] | None) -> list[str] | None:
+        from gym_server.sandbox.egress.policy import parse_rule  # the sandbox package imports settings
+
+        for entry in value or []:
+            parse_rule(entry)
+        return value
+
+
 class SandboxSettings(BaseModel):
     """Which sandbox backend runs model-written code, and how many sandboxes may run at once.
 
@@ -159,6 +187,7 @@ class SandboxSettings(BaseModel):
         10.0, ge=0, description="how long verification waits for a free sandbox before 429"
     )
     retry_after_s: int = Field(2, ge=1, description="Retry-After sent when no sandbox is free")
+    egress: EgressSettings = EgressSettings()
 
 
 class QuotaSettings(BaseModel):

@@ -131,7 +131,7 @@ class McpToolsEnv(Environment):
             disk_mb=server.disk_mb,
             timeout_s=server.call_timeout_s,
         )
-        self.sandbox = await session_sandbox(limits, session_id=self.task.id)
+        self.sandbox = await session_sandbox(limits, session_id=self.task.id, egress=self.egress)
         sandbox = await self.sandbox.get()
         for name, text in (self.task.metadata.get("files") or {}).items():
             await sandbox.put_file(name, text)
@@ -235,6 +235,7 @@ def mcp_environment(manifest_path: Path) -> type[McpToolsEnv]:
         "dataset_dir": beside if beside.is_dir() else None,
         "system_prompt": manifest.system_prompt,
         "verifier_version": content_hash([Path(__file__), manifest_path]),
+        "egress": tuple(manifest.server.egress) if isinstance(manifest.server, StdioServer) else (),
     }
     return type(namespace["__qualname__"], (McpToolsEnv,), namespace)
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gym_server.sandbox.egress.policy import parse_rule
 
 __all__ = ["HttpServer", "McpManifest", "StdioServer", "VerifierSpec", "load_manifest"]
 
@@ -27,6 +29,8 @@ class StdioServer(BaseModel):
         memory_mb, pids, cpus, disk_mb: the sandbox's limits (the gym's locked-down defaults otherwise).
         startup_timeout_s: start, initialize and list the tools within this, or the session is refused.
         call_timeout_s: one tool call's deadline; past it the episode ends (`sandbox_timeout`).
+        egress: `host:port` entries the server may reach through the gym's filtering proxy (none:
+            offline); see `Environment.egress`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -40,6 +44,14 @@ class StdioServer(BaseModel):
     disk_mb: int = Field(64, ge=1)
     startup_timeout_s: float = Field(20.0, gt=0)
     call_timeout_s: float = Field(10.0, gt=0)
+    egress: list[str] = Field(default_factory=list)
+
+    @field_validator("egress")
+    @classmethod
+    def _egress(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            parse_rule(entry)
+        return value
 
 
 class HttpServer(BaseModel):

@@ -87,7 +87,7 @@ class PythonReplEnv(Environment):
         self.cells = 0
 
     async def setup(self) -> None:
-        self.sandbox = await session_sandbox(self.limits, session_id=self.task.id)
+        self.sandbox = await session_sandbox(self.limits, session_id=self.task.id, egress=self.egress)
 
     async def _python(self) -> PythonSession:
         if self.session is None:

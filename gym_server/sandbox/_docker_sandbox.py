@@ -23,6 +23,8 @@ from gym_server.sandbox._docker_exec import (
     wrap_command,
 )
 from gym_server.sandbox._spawned import DockerSpawned
+from gym_server.sandbox.egress import mount as egress_mount
+from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sandbox.protocol import (
     SIGKILL_EXIT,
     WORKDIR,
@@ -68,6 +70,7 @@ class DockerSandbox:
         self._closed = False
         self._oom_seen = 0
         self._spawned: set[DockerSpawned] = set()
+        self.egress: EgressProxy | None = None  # the sandbox's proxy when it has an allow-list
 
     def __repr__(self) -> str:
         return f"DockerSandbox({self.id!r}, session={self.session_id!r}, closed={self._closed})"
@@ -94,10 +97,18 @@ class DockerSandbox:
             limit = timeout or self.limits.timeout_s
             # With a spawned process alive, the wrapper must not kill every process of the user.
             sweep = not any(process.alive for process in self._spawned)
-            argv = wrap_command(as_argv(cmd), limit, sweep=sweep)
+            argv = wrap_command(self._behind_proxy(as_argv(cmd)), limit, sweep=sweep)
             payload = stdin.encode() if isinstance(stdin, str) else stdin
-            environment = {**_BASE_ENV, **(env or {})}
+            environment = self._environment(env)
             return await self._run(argv, payload, environment, sandbox_path(cwd or WORKDIR), limit)
+
+    def _behind_proxy(self, argv: list[str]) -> list[str]:
+        """`argv` started behind the in-sandbox forwarder when the sandbox has egress."""
+        return argv if self.egress is None else egress_mount.wrap_argv(argv)
+
+    def _environment(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        proxy = egress_mount.proxy_env() if self.egress is not None else {}
+        return {**_BASE_ENV, **proxy, **(env or {})}
 
     async def _run(
         self, argv: list[str], stdin: bytes | None, env: dict[str, str], cwd: str, limit: float
@@ -213,8 +224,9 @@ class DockerSandbox:
     ) -> DockerSpawned:
         if self._closed:
             raise SandboxUnavailable(f"sandbox {self.id} is closed")
-        argv = ["setsid", "-w", "/bin/sh", "-c", 'echo $$; exec "$@"', "gym-spawn", *as_argv(cmd)]
-        environment = {**_BASE_ENV, **(env or {})}
+        argv = ["setsid", "-w", "/bin/sh", "-c", 'echo $$; exec "$@"', "gym-spawn"]
+        argv += self._behind_proxy(as_argv(cmd))
+        environment = self._environment(env)
         try:
             created = await self.backend.submit(
                 self.backend.api.exec_create,
@@ -258,8 +270,12 @@ class DockerSandbox:
         if self._closed:
             return
         self._closed = True
-        await self.backend.remove(self.container_id)
-        for process in self._spawned:
-            process.pid = None  # its container is gone; only the connection is left to close
-            await process.kill()
-        self._spawned.clear()
+        try:
+            await self.backend.remove(self.container_id)
+            for process in self._spawned:
+                process.pid = None  # its container is gone; only the connection is left to close
+                await process.kill()
+            self._spawned.clear()
+        finally:
+            if self.egress is not None:
+                await self.egress.aclose()

@@ -24,6 +24,7 @@ from gym_server.sandbox._host import orphan_reaper
 from gym_server.sandbox._process import run_capped
 from gym_server.sandbox._spawned import LocalSpawned
 from gym_server.sandbox.cgroups import SandboxCgroup
+from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sandbox.protocol import (
     SIGKILL_EXIT,
     WORKDIR,
@@ -70,6 +71,7 @@ class LocalSandbox:
         self._lock = asyncio.Lock()
         self._closed = False
         self._spawned: set[LocalSpawned] = set()
+        self.egress: EgressProxy | None = None  # the sandbox's proxy when it has an allow-list
 
     def __repr__(self) -> str:
         return f"LocalSandbox({self.id!r}, backend={self.backend.name!r}, closed={self._closed})"
@@ -251,7 +253,11 @@ class LocalSandbox:
         for process in list(self._spawned):
             await process.kill()
         async with self._lock:  # waits for a running exec, which its own deadline bounds
-            await asyncio.to_thread(self.backend.destroy, self)
+            try:
+                await asyncio.to_thread(self.backend.destroy, self)
+            finally:
+                if self.egress is not None:
+                    await self.egress.aclose()
 
 
 def _read_status(fd: int) -> dict[str, object]:

@@ -29,6 +29,9 @@ from pathlib import Path
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox._host import mount_tmpfs
 from gym_server.sandbox._local import LocalBackendBase, LocalSandbox
+from gym_server.sandbox.egress import mount as egress_mount
+from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sandbox.protocol import WORKDIR, Limits
 from gym_server.sandbox.toolbox import bwrap_options
 
@@ -101,9 +104,23 @@ class BubblewrapBackend(LocalBackendBase):
         self._checked = True
         await self.reap()  # what crashed servers on this host left behind
 
-    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> LocalSandbox:
+    async def start(
+        self,
+        limits: Limits | None = None,
+        *,
+        session_id: str | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> LocalSandbox:
         await self.check()
-        return await self._start(limits or Limits(), session_id)
+        sandbox = await self._start(limits or Limits(), session_id)
+        if egress is not None:
+            try:
+                sandbox.egress = EgressProxy(egress, session_id=session_id)
+                await sandbox.egress.start()
+            except BaseException:
+                await sandbox.close()
+                raise
+        return sandbox
 
     def _prepare_instance(self) -> None:
         etc = self.instance_dir / "etc"
@@ -172,6 +189,8 @@ class BubblewrapBackend(LocalBackendBase):
                 "--clear-groups",
                 "--",
             ]
+        if sandbox.egress is not None:  # the command starts behind the in-sandbox forwarder
+            argv, env = egress_mount.wrap_argv(argv), {**egress_mount.proxy_env(), **env}
         bwrap = [self._tool("bwrap"), *self._bwrap_options(sandbox, env, cwd, status_fd), "--", *argv]
         return [*prefix, *bwrap], "/"
 
@@ -190,6 +209,7 @@ class BubblewrapBackend(LocalBackendBase):
             elif path.is_dir():
                 options += ["--ro-bind", str(path), f"/{name}"]
         options += ["--ro-bind", str(etc), "/etc", *bwrap_options(self.tools_dir)]
+        options += egress_mount.bwrap_options(sandbox.egress.folder if sandbox.egress else None)
         options += [
             "--proc",
             "/proc",

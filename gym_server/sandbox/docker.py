@@ -32,6 +32,9 @@ from typing import Any, TypeVar
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox._docker_sandbox import DockerSandbox, engine_error
 from gym_server.sandbox._host import start_time
+from gym_server.sandbox.egress import mount as egress_mount
+from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sandbox.images import DEFAULT_IMAGE
 from gym_server.sandbox.protocol import (
     WORKDIR,
@@ -162,7 +165,9 @@ class DockerBackend:
         self._checked = True
         await self.reap()
 
-    def _run_options(self, limits: Limits, session_id: str | None) -> dict[str, Any]:
+    def _run_options(
+        self, limits: Limits, session_id: str | None, egress: EgressProxy | None = None
+    ) -> dict[str, Any]:
         import docker.types
 
         mb = 1024 * 1024
@@ -186,7 +191,10 @@ class DockerBackend:
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": {WORKDIR: f"{tmpfs},mode=0755", "/tmp": f"{tmpfs},mode=1777"},
-            "volumes": docker_volumes(self.tools_dir),
+            "volumes": {
+                **docker_volumes(self.tools_dir),
+                **egress_mount.docker_volumes(egress.folder if egress else None),
+            },
             "shm_size": f"{min(limits.disk_mb, 64)}m",
             "mem_limit": limits.memory_mb * mb,
             "memswap_limit": limits.memory_mb * mb,
@@ -204,9 +212,30 @@ class DockerBackend:
             "labels": labels,
         }
 
-    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> DockerSandbox:
+    async def start(
+        self,
+        limits: Limits | None = None,
+        *,
+        session_id: str | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> DockerSandbox:
         await self.check()
         limits = limits or Limits()
+        proxy = None if egress is None else EgressProxy(egress, session_id=session_id)
+        try:
+            if proxy is not None:
+                await proxy.start()
+            sandbox = await self._start_container(limits, session_id, proxy)
+        except BaseException:
+            if proxy is not None:
+                await proxy.aclose()
+            raise
+        sandbox.egress = proxy
+        return sandbox
+
+    async def _start_container(
+        self, limits: Limits, session_id: str | None, proxy: EgressProxy | None
+    ) -> DockerSandbox:
         if self._start_gate is None:
             self._start_gate = asyncio.Semaphore(self._max_starts)
         async with self._start_gate:
@@ -214,7 +243,7 @@ class DockerBackend:
             wait, self._next_start = self._next_start - now, max(now, self._next_start) + self._start_interval
             if wait > 0:
                 await asyncio.sleep(wait)
-            options = self._run_options(limits, session_id)
+            options = self._run_options(limits, session_id, proxy)
             client = await self.connect()
             job = self.submit(client.containers.run, self.image, **options)
             try:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.store.records import FailureClass
 
 __all__ = [
@@ -282,8 +283,17 @@ class SandboxBackend(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> Sandbox:
+    async def start(
+        self,
+        limits: Limits | None = None,
+        *,
+        session_id: str | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> Sandbox:
         """A new sandbox with `limits` (default `Limits()`), labelled with the session when given.
+
+        With `egress`, the sandbox reaches exactly the policy's destinations through a filtering proxy
+        of its own (see `gym_server.sandbox.egress`), closed with the sandbox; without it, nothing.
 
         Raises:
             SandboxUnavailable: the backend cannot make sandboxes right now (engine down, image missing).

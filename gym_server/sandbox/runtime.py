@@ -19,15 +19,18 @@ import contextlib
 import logging
 import time
 import weakref
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.admission import Admission, Ticket
+from gym_server.sandbox.egress.declared import sandbox_policy
+from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.factory import probe, select_backend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
-from gym_server.settings import Settings, get_settings
+from gym_server.settings import EgressSettings, Settings, get_settings
 
 __all__ = [
     "SandboxHealth",
@@ -83,6 +86,7 @@ class _Runtime:
     why_none: str = ""  # why `auto` found no backend: the detail every sandbox user then gets
     probe: asyncio.Task[str | None] | None = None  # the last probe: None when the backend answered
     probed_at: float = 0.0
+    egress: EgressSettings = field(default_factory=EgressSettings)  # the operator's say over egress
 
 
 _runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Runtime] = weakref.WeakKeyDictionary()
@@ -97,7 +101,7 @@ async def _make(settings: Settings) -> _Runtime:
     log.info("sandbox backend: %s (configured: %s)", backend.name, settings.sandbox.backend)
     admission = Admission.from_settings(settings.sandbox)
     pool = SandboxPool(backend, size=settings.sandbox.pool_size, admission=admission)
-    return _Runtime(backend, pool, admission, owned=True)
+    return _Runtime(backend, pool, admission, owned=True, egress=settings.sandbox.egress)
 
 
 async def start(settings: Settings) -> SandboxBackend | None:
@@ -121,7 +125,9 @@ async def start(settings: Settings) -> SandboxBackend | None:
             ) from None  # the detail names the cause; its traceback would bury the message at start-up
         log.warning("GYM_SANDBOX__BACKEND=auto: environments that run code will fail: %s", exc.detail)
         admission = Admission.from_settings(settings.sandbox)
-        runtime = _Runtime(None, None, admission, owned=True, why_none=exc.detail)
+        runtime = _Runtime(
+            None, None, admission, owned=True, why_none=exc.detail, egress=settings.sandbox.egress
+        )
     _runtimes[asyncio.get_running_loop()] = runtime
     return runtime.backend
 
@@ -131,8 +137,11 @@ def install(backend: SandboxBackend, pool: SandboxPool) -> None:
 
     Session sandboxes share the pool's admission, or one from the process's settings if it has none.
     """
-    admission = pool.admission or Admission.from_settings(get_settings().sandbox)
-    _runtimes[asyncio.get_running_loop()] = _Runtime(backend, pool, admission, owned=False)
+    settings = get_settings().sandbox
+    admission = pool.admission or Admission.from_settings(settings)
+    _runtimes[asyncio.get_running_loop()] = _Runtime(
+        backend, pool, admission, owned=False, egress=settings.egress
+    )
 
 
 async def _runtime() -> _Runtime:
@@ -177,10 +186,13 @@ class SessionSandbox:
     so an episode that never runs code costs no start.
     """
 
-    def __init__(self, ticket: Ticket, limits: Limits, session_id: str | None) -> None:
+    def __init__(
+        self, ticket: Ticket, limits: Limits, session_id: str | None, egress: EgressPolicy | None = None
+    ) -> None:
         self.ticket = ticket
         self.limits = limits
         self.session_id = session_id
+        self.egress = egress
         self.sandbox: Sandbox | None = None
         self._starting = asyncio.Lock()
 
@@ -198,7 +210,9 @@ class SessionSandbox:
                 raise SandboxUnavailable("this session's sandbox is closed")
             if self.sandbox is None:
                 backend = await sandbox_backend()
-                self.sandbox = await backend.start(self.limits, session_id=self.session_id)
+                self.sandbox = await backend.start(
+                    self.limits, session_id=self.session_id, egress=self.egress
+                )
             return self.sandbox
 
     async def close(self) -> None:
@@ -211,15 +225,23 @@ class SessionSandbox:
             self.ticket.release()
 
 
-async def session_sandbox(limits: Limits | None = None, *, session_id: str | None = None) -> SessionSandbox:
+async def session_sandbox(
+    limits: Limits | None = None, *, session_id: str | None = None, egress: Sequence[str] = ()
+) -> SessionSandbox:
     """Admit a per-session sandbox (started on first use); the caller closes it (an environment's `close()`).
+
+    `egress` is the environment's allow-list (`host:port` entries, `Environment.egress`): the sandbox
+    reaches those through its proxy, within what the operator's settings allow; empty, it stays offline.
 
     Raises:
         SandboxesBusy: the cap on running sandboxes or their budget is taken (429).
+        ValueError: an `egress` entry is not `host:port`.
     """
     chosen = limits or Limits()
-    ticket = await (await _runtime()).admission.admit(chosen)
-    return SessionSandbox(ticket, chosen, session_id)
+    runtime = await _runtime()
+    policy = sandbox_policy(egress, runtime.egress)
+    ticket = await runtime.admission.admit(chosen)
+    return SessionSandbox(ticket, chosen, session_id, policy)
 
 
 async def health() -> SandboxHealth:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gym_server.sandbox._local import LocalBackendBase, LocalSandbox
+from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.protocol import WORKDIR, Limits
 
 __all__ = ["UnsafeBackend"]
@@ -39,8 +40,17 @@ class UnsafeBackend(LocalBackendBase):
     async def check(self) -> None:
         """Always usable: there is nothing to check, which is the problem."""
 
-    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> LocalSandbox:
+    async def start(
+        self,
+        limits: Limits | None = None,
+        *,
+        session_id: str | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> LocalSandbox:
+        """A host folder; `egress` cannot be enforced here (commands share the host's network)."""
         log.warning(WARNING)
+        if egress is not None:
+            log.warning("the unsafe backend cannot filter egress: its commands reach the whole network")
         return await self.create_async(limits or Limits(), session_id, None)
 
     def command(

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym_server.errors import EnvironmentDefinitionError, InvalidRequest
+from gym_server.sandbox.egress.policy import parse_rule
 from gym_server.sdk.messages import tool_message
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError, field_errors
 from gym_server.sdk.tools import ToolSpec
@@ -79,6 +80,9 @@ class Environment:
         verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
         native_task_form: one line describing the dataset's own record form that `task_from_record`
             accepts (e.g. HumanEval's), shown to clients whose inline task is refused.
+        egress: `host:port` entries the environment's sandboxes may reach through the gym's filtering
+            proxy (`session_sandbox(..., egress=self.egress)`); empty (the default): no network at all.
+            A non-public address (loopback, private, link-local) must be listed as that exact address.
     """
 
     name: ClassVar[str] = ""
@@ -91,6 +95,7 @@ class Environment:
     verifier_version: ClassVar[str | None] = None
     native_task_form: ClassVar[str | None] = None
     tool_specs: ClassVar[dict[str, ToolSpec]] = {}
+    egress: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -327,3 +332,8 @@ class Environment:
             raise EnvironmentDefinitionError(f"environment {cls.name!r} does not implement verify()")
         if cls.max_turns is not None and cls.max_turns < 1:
             raise EnvironmentDefinitionError(f"environment {cls.name!r}: max_turns must be at least 1")
+        for entry in cls.egress:
+            try:
+                parse_rule(entry)
+            except ValueError as exc:
+                raise EnvironmentDefinitionError(f"environment {cls.name!r}: egress: {exc}") from None

@@ -13,9 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from gym_server.sandbox.egress.proxy import tally as egress_tally
 from gym_server.verifiers.judge import judge_stats_by_model
 
-__all__ = ["JudgeCollector", "SessionMetrics"]
+__all__ = ["EgressCollector", "JudgeCollector", "SessionMetrics"]
 
 # (metric name without _total, help, JudgeStats field); every series is labelled with the judge model.
 _JUDGE_COUNTERS = (
@@ -47,6 +48,24 @@ class JudgeCollector(Collector):
             for model, stats in sorted(by_model.items()):
                 family.add_metric([model], getattr(stats, attribute))
             yield family
+
+
+class EgressCollector(Collector):
+    """Exports the sandboxes' egress attempts by decision as `gym_sandbox_egress_connections_total`.
+
+    Per process, not per session: sessions are unbounded label values; the log line of each attempt
+    names its session.
+    """
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "gym_sandbox_egress_connections",
+            "Connections sandboxes asked their egress proxy for, by decision (allowed or refused).",
+            labels=["decision"],
+        )
+        for decision in ("allowed", "refused"):
+            family.add_metric([decision], egress_tally.counts[decision])
+        yield family
 
 
 # Steps are sub-millisecond when tools are in-memory; sandboxed tools take up to seconds.
@@ -84,6 +103,7 @@ class SessionMetrics:
             "gym_store_pending_rows", "Trajectory rows waiting for the writer.", registry=self.registry
         )
         self.registry.register(JudgeCollector())
+        self.registry.register(EgressCollector())
         self._steps_by_env: dict[str, Counter] = {}
 
     def observe_step(self, env: str, seconds: float) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["Gym", "anyio_backend", "free_port", "gym", "gym_with"]
+__all__ = ["Gym", "KeyedGym", "anyio_backend", "bearer", "free_port", "gym", "gym_with", "keyed_gym"]
 
 STORE_WAIT_S = 30.0
 
@@ -41,6 +41,8 @@ class Gym:
 
     url: str
     process: subprocess.Popen[bytes]
+    key: str | None = None
+    """The key `get` and `stored` send (a `read` key on a gym that requires keys)."""
 
     def env_url(self, env: str, facade: str, **query: object) -> str:
         """The URL of a protocol facade (`mcp`, `openenv`) of environment `env`, with a query string."""
@@ -50,9 +52,12 @@ class Gym:
     def mcp_url(self, env: str, **query: object) -> str:
         return self.env_url(env, "mcp", **query)
 
-    def get(self, path: str) -> tuple[int, Any]:
+    def get(self, path: str, key: str | None = None) -> tuple[int, Any]:
+        """GET `path` with `key` (this gym's own `key` when None) as the Bearer header."""
+        key = key or self.key
+        request = urllib.request.Request(f"{self.url}{path}", headers=bearer(key) if key else {})
         try:
-            with urllib.request.urlopen(f"{self.url}{path}", timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"null")
@@ -71,17 +76,53 @@ class Gym:
             time.sleep(0.05)
 
 
-def _start(tmp: Path, **settings: str) -> Gym:
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class KeyedGym:
+    """A gym that requires keys (`GYM_AUTH__MODE=on`) and the keys `gym-server keys create` made for it
+    before it started: `episodes` for tenant `acme` (what a peer's client sends), `read` keys of `acme`
+    (the gym's own `key`: the tests read acme's trajectories with it) and of another tenant, `rival`."""
+
+    gym: Gym
+    episodes: str
+    rival: str
+    wrong: str
+    """`episodes` with its secret changed: well-formed, unknown to the gym."""
+
+
+def _python() -> str:
     python = os.environ.get("GYM_INTEROP_PYTHON")
     if not python:
         pytest.fail(
             "GYM_INTEROP_PYTHON must name the project's python (run these through `make interop PEER=...`)"
         )
+    return python
+
+
+def _database_url(tmp: Path) -> str:
+    return f"sqlite:///{tmp / 'gym.db'}"
+
+
+def create_key(tmp: Path, tenant: str, scope: str) -> str:
+    """A key made as a user makes one, `gym-server keys create`, in the database `_start(tmp)` serves."""
+    args = ["keys", "create", "--tenant", tenant, "--scope", scope, "--database-url", _database_url(tmp)]
+    done = subprocess.run(
+        [_python(), "-m", "gym_server.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _start(tmp: Path, **settings: str) -> Gym:
+    python = _python()
     port = free_port()
     env = {
         **os.environ,
         "GYM_SERVER_NAME": f"interop-{port}",
-        "GYM_DATABASE_URL": f"sqlite:///{tmp / 'gym.db'}",
+        "GYM_DATABASE_URL": _database_url(tmp),
         "GYM_STORE__FLUSH_INTERVAL_S": "0.02",
         "GYM_SANDBOX__BACKEND": "unsafe-no-sandbox",
         **settings,
@@ -125,6 +166,19 @@ def gym(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gym]:
     """A gym with default limits, shared by the tests that need nothing special."""
     server = _start(tmp_path_factory.mktemp("gym"))
     yield server
+    _stop(server)
+
+
+@pytest.fixture(scope="session")
+def keyed_gym(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeyedGym]:
+    """A gym with keys required, shared by the tests of how a peer's client sends one."""
+    tmp = tmp_path_factory.mktemp("keyed")
+    episodes, reader = create_key(tmp, "acme", "episodes"), create_key(tmp, "acme", "read")
+    rival = create_key(tmp, "rival", "read")
+    server = _start(tmp, GYM_AUTH__MODE="on")
+    server.key = reader
+    wrong = episodes[:-4] + ("aaaa" if not episodes.endswith("aaaa") else "bbbb")
+    yield KeyedGym(server, episodes, rival, wrong)
     _stop(server)
 
 

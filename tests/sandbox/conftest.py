@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from echoserver import EchoServer
 
 from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
@@ -131,3 +132,12 @@ async def sandbox(backend: SandboxBackend) -> AsyncIterator[Sandbox]:
         yield box
     finally:
         await box.close()
+
+
+@pytest.fixture
+def echo_servers() -> Iterator[tuple[EchoServer, EchoServer]]:
+    """Two echo servers on loopback: one a test allows, and one it does not."""
+    servers = (EchoServer(), EchoServer())
+    yield servers
+    for server in servers:
+        server.close()

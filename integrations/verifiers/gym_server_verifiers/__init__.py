@@ -57,18 +57,20 @@ def load_environment(
     seeds: list[int] | None = None,
     run: str | None = None,
     request_timeout: float = 60.0,
+    api_key: str | None = None,
     **agent: Any,
 ) -> vf.Env:
     """The verifiers `Env` playing gym environment `env` at `base_url`: one row per (task, seed),
-    episodes stored under gym run `run`. `agent` overrides the agent seat's config (`max_turns`,
-    `timeout`, ...); its program runs as a local subprocess unless `runtime` says otherwise."""
+    episodes stored under gym run `run`, with `api_key` (else `GYM_API_KEY`) when the gym requires keys.
+    `agent` overrides the agent seat's config (`max_turns`, `timeout`, ...); its program runs as a local
+    subprocess unless `runtime` says otherwise."""
     taskset = {
         "id": TASKSET_ID,
         "env": env,
         "split": split,
         "task_ids": task_ids,
         "seeds": seeds if seeds is not None else [0],
-        "task": {"base_url": base_url, "run": run, "request_timeout": request_timeout},
+        "task": {"base_url": base_url, "run": run, "request_timeout": request_timeout, "api_key": api_key},
     }
     seat = {"runtime": SubprocessConfig().model_dump(), **agent}
     return vf.load_environment(vf.resolve_env_config({"taskset": taskset, "agent": seat}))

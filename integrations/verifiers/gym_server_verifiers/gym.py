@@ -2,7 +2,8 @@
 
 Every failure becomes a `GymError` that names the gym's URL and what it answered (its problem+json
 `detail`), so a rollout against a gym that is down or that refuses shows why in the verifiers trace
-instead of scoring as a silent 0.
+instead of scoring as a silent 0. A gym that requires keys gets `api_key` as `Authorization: Bearer` on
+every call; the key is in no URL and no message.
 """
 
 from __future__ import annotations
@@ -40,29 +41,41 @@ def _answer(response: httpx.Response) -> Any:
     return None if response.status_code == 204 else response.json()
 
 
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def _unreachable(method: str, url: str, exc: httpx.HTTPError) -> GymError:
     return GymError(f"gym unreachable: {method} {url}: {type(exc).__name__}: {exc}")
 
 
 async def request(
-    method: str, base_url: str, path: str, *, timeout_s: float, body: dict[str, Any] | None = None
+    method: str,
+    base_url: str,
+    path: str,
+    *,
+    timeout_s: float,
+    api_key: str | None,
+    body: dict[str, Any] | None = None,
 ) -> Any:
     """One call of the gym's session API."""
     url = f"{base_url.rstrip('/')}{path}"
     try:
-        async with httpx.AsyncClient(timeout=timeout_s) as client:
+        async with httpx.AsyncClient(timeout=timeout_s, headers=_headers(api_key)) as client:
             response = await client.request(method, url, json=body)
     except httpx.HTTPError as exc:
         raise _unreachable(method, url, exc) from exc
     return _answer(response)
 
 
-def list_tasks(base_url: str, env: str, split: str | None, *, timeout: float) -> list[dict[str, Any]]:
+def list_tasks(
+    base_url: str, env: str, split: str | None, *, timeout: float, api_key: str | None
+) -> list[dict[str, Any]]:
     """Every public task of `env` (of `split`), page by page. Synchronous: a taskset loads its rows
     synchronously, from inside verifiers' running event loop."""
     url = f"{base_url.rstrip('/')}/v1/environments/{env}/tasks"
     tasks: list[dict[str, Any]] = []
-    with httpx.Client(timeout=timeout) as client:
+    with httpx.Client(timeout=timeout, headers=_headers(api_key)) as client:
         while True:
             params: dict[str, Any] = {"offset": len(tasks), "limit": TASK_PAGE}
             if split is not None:

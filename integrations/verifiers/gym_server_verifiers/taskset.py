@@ -14,25 +14,47 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from gym_server_verifiers.gym import GymError, list_tasks, request
 from gym_server_verifiers.toolset import GymState, GymToolset
 
-__all__ = ["GymConfig", "GymData", "GymTask", "GymTaskConfig", "GymTaskset", "close_episode"]
+__all__ = [
+    "API_KEY_VARIABLE",
+    "GymConfig",
+    "GymData",
+    "GymTask",
+    "GymTaskConfig",
+    "GymTaskset",
+    "close_episode",
+]
+
+
+API_KEY_VARIABLE = "GYM_API_KEY"
 
 
 class GymTaskConfig(vf.TaskConfig):
     base_url: str = "http://127.0.0.1:8000"
     """The gym server's URL."""
+    api_key: SecretStr | None = None
+    """The gym's API key (scope `episodes`), sent as `Authorization: Bearer` on every gym call. Unset:
+    `GYM_API_KEY` from the environment; neither: no key (a gym on loopback with keys off). Dumped as
+    `**********`, so it never reaches verifiers' saved config or logs."""
     run: str | None = None
     """The gym run the episodes are stored under (`GET /v1/rollouts?run=...`)."""
     request_timeout: float = Field(60.0, gt=0)
     """Seconds one gym call may take."""
+
+    def gym_api_key(self) -> str | None:
+        """The key to send: `api_key`, else `GYM_API_KEY`, else None."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get(API_KEY_VARIABLE) or None
 
 
 class GymConfig(vf.TasksetConfig):
@@ -64,11 +86,13 @@ class GymTask(vf.Task[GymData, GymState, GymTaskConfig]):
     async def setup(self, trace: vf.Trace) -> None:
         state: GymState = trace.state
         state.base_url, state.request_timeout = self.config.base_url, self.config.request_timeout
+        state.api_key = self.config.gym_api_key()
         session = await request(
             "POST",
             state.base_url,
             "/v1/sessions",
             timeout_s=state.request_timeout,
+            api_key=state.api_key,
             body={
                 "env": self.data.env,
                 "task_id": self.data.task_id,
@@ -118,7 +142,9 @@ class GymTask(vf.Task[GymData, GymState, GymTaskConfig]):
         self, state: GymState, method: str, action: str, body: dict[str, Any] | None = None
     ) -> Any:
         path = f"/v1/sessions/{state.session_id}{action}"
-        return await request(method, state.base_url, path, timeout_s=state.request_timeout, body=body)
+        return await request(
+            method, state.base_url, path, timeout_s=state.request_timeout, api_key=state.api_key, body=body
+        )
 
     @vf.stop
     async def episode_over(self, trace: vf.Trace) -> bool:
@@ -154,6 +180,7 @@ async def close_episode(state: GymState, failure: str | None = None) -> None:
             state.base_url,
             f"/v1/sessions/{state.session_id}{query}",
             timeout_s=state.request_timeout,
+            api_key=state.api_key,
         )
     except GymError as exc:
         if exc.status not in (404, 410):  # already gone: nothing left to close
@@ -170,7 +197,11 @@ class GymTaskset(vf.Taskset[GymTask, GymConfig]):
         if not config.env:
             raise ValueError("name the gym environment: --env.taskset.env ENV")
         tasks = list_tasks(
-            config.task.base_url, config.env, config.split, timeout=config.task.request_timeout
+            config.task.base_url,
+            config.env,
+            config.split,
+            timeout=config.task.request_timeout,
+            api_key=config.task.gym_api_key(),
         )
         if config.task_ids is not None:
             wanted = set(config.task_ids)

@@ -29,6 +29,9 @@ class GymState(vf.State):
 
     base_url: str = ""
     request_timeout: float = 60.0
+    api_key: str | None = Field(None, repr=False)
+    """The gym key of the task's config: the tool server gets it with the state over verifiers' state
+    channel; verifiers stores no state with the trace."""
     session_id: str | None = None
     tools: list[dict[str, Any]] = Field(default_factory=list)
     """The session's tools as the gym gave them (OpenAI function schemas)."""
@@ -85,6 +88,7 @@ class GymToolset(vf.Toolset[vf.SharedToolsetConfig, GymState]):
                 state.base_url,
                 f"/v1/sessions/{state.session_id}/step",
                 timeout_s=state.request_timeout,
+                api_key=state.api_key,
                 body={"message": _assistant_call(name, arguments)},
             )
         except GymError as exc:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gym_servers import Gym, anyio_backend, free_port, gym, gym_with
+from gym_servers import Gym, KeyedGym, anyio_backend, bearer, free_port, gym, gym_with, keyed_gym
 
-__all__ = ["Gym", "anyio_backend", "free_port", "gym", "gym_with"]
+__all__ = ["Gym", "KeyedGym", "anyio_backend", "bearer", "free_port", "gym", "gym_with", "keyed_gym"]
 
 
 def pytest_report_header() -> str:

@@ -25,16 +25,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gym_servers import Gym, anyio_backend, free_port, gym, gym_with
+from gym_servers import Gym, KeyedGym, anyio_backend, bearer, free_port, gym, gym_with, keyed_gym
 
 __all__ = [
     "Gym",
+    "KeyedGym",
     "NemoResources",
     "NemoServers",
     "anyio_backend",
+    "bearer",
     "free_port",
     "gym",
     "gym_with",
+    "keyed_gym",
+    "keyed_nemo_servers",
     "nemo_resources",
     "nemo_servers",
 ]
@@ -57,6 +61,16 @@ class NemoServers:
 
 @pytest.fixture
 def nemo_servers(gym: Gym, tmp_path: Path) -> Iterator[NemoServers]:
+    yield from _nemo_servers(gym, tmp_path, {})
+
+
+@pytest.fixture
+def keyed_nemo_servers(keyed_gym: KeyedGym, tmp_path: Path) -> Iterator[NemoServers]:
+    """The agent on a gym that requires keys, given acme's `episodes` key as a NeMo Gym user would."""
+    yield from _nemo_servers(keyed_gym.gym, tmp_path, {"GYM_API_KEY": keyed_gym.episodes})
+
+
+def _nemo_servers(gym: Gym, tmp_path: Path, env: dict[str, str]) -> Iterator[NemoServers]:
     agent_port, policy_port = free_port(), free_port()
     log = (tmp_path / "nemo.log").open("wb")
     args = [
@@ -67,7 +81,9 @@ def nemo_servers(gym: Gym, tmp_path: Path) -> Iterator[NemoServers]:
         str(agent_port),
         str(policy_port),
     ]
-    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=HERE)
+    process = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, cwd=HERE, env={**os.environ, **env}
+    )
     deadline = time.monotonic() + 60
     while not all(_listening(port) for port in (agent_port, policy_port)):
         if process.poll() is not None or time.monotonic() > deadline:

@@ -4,9 +4,11 @@ NeMo Gym runs each server as its own process and finds the others by name in one
 (`name -> kind -> implementation -> {host, port, ...}`); its `ServerClient` builds each base URL as
 `http://{host}:{port}`. The gym serves an environment as a resources server under a prefix
 (`/v1/environments/{env}/nemo-gym`), so `PrefixedServerClient` adds the config's `url_prefix` to that
-base URL: the one line that differs from NeMo Gym's client; every request, cookie and retry is theirs.
+base URL, and, on a gym that requires keys, the gym's key as a header to that server's requests: what
+differs from NeMo Gym's client; every request, cookie and retry is theirs.
 
-Run as a script (`python nemo_servers.py GYM_URL ENV AGENT_PORT POLICY_PORT`) it serves, on loopback:
+Run as a script (`python nemo_servers.py GYM_URL ENV AGENT_PORT POLICY_PORT`, the gym's key in
+`GYM_API_KEY` if it requires one) it serves, on loopback:
 - the real `responses_api_agents.simple_agent` agent of nemo-gym 0.4.0 (`/run`, `/v1/responses`), whose
   resources server is the gym's environment and whose model server is
 - a scripted policy speaking the OpenAI Responses API (`/v1/responses`) as NeMo Gym's model servers do:
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -26,6 +29,7 @@ import uuid
 from typing import Any
 
 import uvicorn
+from aiohttp import ClientResponse
 from fastapi import FastAPI, Request
 from nemo_gym.config_types import BaseServerConfig, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import (
@@ -34,7 +38,12 @@ from nemo_gym.openai_utils import (
     NeMoGymResponseOutputMessage,
     NeMoGymResponseOutputText,
 )
-from nemo_gym.server_utils import GlobalAIOHTTPAsyncClientConfig, ServerClient, set_global_aiohttp_client
+from nemo_gym.server_utils import (
+    GlobalAIOHTTPAsyncClientConfig,
+    ServerClient,
+    get_first_server_config_dict,
+    set_global_aiohttp_client,
+)
 from omegaconf import DictConfig, OmegaConf
 from responses_api_agents.simple_agent.app import SimpleAgent, SimpleAgentConfig
 
@@ -44,11 +53,25 @@ RESOURCES = "gym_resources"
 
 
 class PrefixedServerClient(ServerClient):
-    """NeMo Gym's `ServerClient`, with a server's `url_prefix` (if its config has one) after host:port."""
+    """NeMo Gym's `ServerClient`, with a server's `url_prefix` (if its config has one) after host:port, and
+    `api_key` as `Authorization: Bearer` on every request to such a server (the gym's).
+
+    nemo-gym 0.4.0's `ServerClient.request` passes aiohttp's per-request options (`headers=`) through,
+    but its agents send only `json` and `cookies`, and its global aiohttp session has no default headers:
+    a `SimpleAgent` reaches a gym that requires keys only through a client like this one. The key is a
+    field, not a config entry: NeMo Gym's head server serves the global config to whoever asks."""
+
+    api_key: str | None = None
 
     def _build_server_base_url(self, server_config_dict: Any) -> str:
         base = super()._build_server_base_url(server_config_dict)
         return base + str(server_config_dict.get("url_prefix", ""))
+
+    async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> ClientResponse:
+        server = get_first_server_config_dict(self.global_config_dict, server_name)
+        if self.api_key and server.get("url_prefix"):
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {self.api_key}"}
+        return await super().request(server_name=server_name, url_path=url_path, method=method, **kwargs)
 
 
 def global_config(gym_url: str, env: str, agent_port: int, policy_port: int) -> DictConfig:
@@ -81,10 +104,12 @@ def global_config(gym_url: str, env: str, agent_port: int, policy_port: int) -> 
     )
 
 
-def server_client(config: DictConfig) -> PrefixedServerClient:
+def server_client(config: DictConfig, api_key: str | None = None) -> PrefixedServerClient:
     """NeMo Gym's client over `config`, given whole (no head server is asked for it)."""
     return PrefixedServerClient(
-        head_server_config=BaseServerConfig.model_validate(config["head_server"]), global_config_dict=config
+        head_server_config=BaseServerConfig.model_validate(config["head_server"]),
+        global_config_dict=config,
+        api_key=api_key,
     )
 
 
@@ -163,7 +188,7 @@ async def serve(gym_url: str, env: str, agent_port: int, policy_port: int) -> No
             model_server=ModelServerRef(type="responses_api_models", name=POLICY),
             max_steps=16,
         ),
-        server_client=server_client(config),
+        server_client=server_client(config, os.environ.get("GYM_API_KEY")),
     )
     servers = [
         uvicorn.Server(

@@ -7,6 +7,9 @@
   pydantic models (`BaseVerifyRequest`, `BaseVerifyResponse`, `NeMoGymResponse`) speak to the routes
   directly: the verify answer is a valid `BaseVerifyResponse`, refusals are `{"detail": ...}` at their
   status (429 at capacity), an episode left alone is reaped by the gym's TTL and stored.
+- On a gym that requires keys: the `SimpleAgent` plays with the key its `ServerClient` adds as a header
+  (nemo-gym 0.4.0 has no setting for one), stored under the key's tenant; no key or a wrong one is
+  NeMo Gym's `ClientResponseError` 401 carrying the gym's detail.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import nemo_gym.server_utils as server_utils
 import pytest
 from aiohttp import ClientResponse, ClientResponseError
-from conftest import Gym, NemoServers
+from conftest import Gym, KeyedGym, NemoServers
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import (
@@ -58,8 +61,8 @@ async def nemo_http() -> AsyncIterator[None]:
 class Resources:
     """The gym's environment through NeMo Gym's `ServerClient`, cookies carried as its agent carries them."""
 
-    def __init__(self, gym: Gym, env: str = "counter") -> None:
-        self.client = server_client(global_config(gym.url, env, 1, 1))
+    def __init__(self, gym: Gym, env: str = "counter", api_key: str | None = None) -> None:
+        self.client = server_client(global_config(gym.url, env, 1, 1), api_key)
         self.cookies: Any = None
 
     async def post(self, route: str, body: Any) -> ClientResponse:
@@ -172,3 +175,32 @@ async def test_an_episode_left_alone_is_reaped_by_the_ttl_and_stored(gym_with: A
     assert stored["num_turns"] == 1 and stored["failure"] == "expired"
     status, body = await resources.json("read", {})
     assert status == 410 and "expired" in body["detail"]
+
+
+async def test_with_the_key_in_its_server_client_the_simple_agent_plays_under_the_keys_tenant(
+    keyed_gym: KeyedGym, keyed_nemo_servers: NemoServers, nemo_http: None
+) -> None:
+    gym = keyed_gym.gym
+    config = global_config(gym.url, "counter", keyed_nemo_servers.agent_port, keyed_nemo_servers.policy_port)
+    response = await server_client(config).post(AGENT, "/run", json=ROW)  # the agent is no gym: no key
+    await raise_for_status(response)
+    result = await get_response_json(response)
+    assert result["reward"] == 1.0
+    stored = gym.stored(result["gym_session_id"], "completed")  # acme's read key finds it ...
+    assert stored["reward"] == 1.0 and stored["metadata"] == {"protocol": "nemo-gym"}
+    assert (
+        gym.get(f"/v1/rollouts/{result['gym_session_id']}", key=keyed_gym.rival)[0] == 404
+    )  # ... not rival's
+
+
+@pytest.mark.parametrize("key", ["none", "wrong"])
+async def test_without_a_valid_key_seed_session_is_a_401_with_the_gyms_detail(
+    keyed_gym: KeyedGym, nemo_http: None, key: str
+) -> None:
+    resources = Resources(keyed_gym.gym, api_key=keyed_gym.wrong if key == "wrong" else None)
+    refused = await resources.post("seed_session", {**ROW, "run": "interop-nemo-refused"})
+    with pytest.raises(ClientResponseError) as raised:
+        await raise_for_status(refused)
+    assert raised.value.status == 401 and refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert b"a valid API key is required" in raised.value.response_content
+    assert keyed_gym.gym.get("/v1/rollouts?run=interop-nemo-refused")[1]["items"] == []

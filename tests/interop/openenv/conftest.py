@@ -10,9 +10,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gym_servers import Gym, free_port, gym, gym_with
+from gym_servers import Gym, KeyedGym, bearer, free_port, gym, gym_with, keyed_gym
 
-__all__ = ["Gym", "free_port", "gym", "gym_with"]
+__all__ = ["Gym", "KeyedGym", "bearer", "free_port", "gym", "gym_with", "keyed_gym"]
 
 
 def pytest_report_header() -> str:

@@ -22,9 +22,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gym_servers import Gym, free_port, gym, gym_with
+from gym_servers import Gym, KeyedGym, bearer, free_port, gym, gym_with, keyed_gym
 
-__all__ = ["Gym", "eval_config", "free_port", "gym", "gym_with", "tiny_policy"]
+__all__ = [
+    "Gym",
+    "KeyedGym",
+    "bearer",
+    "eval_config",
+    "free_port",
+    "gym",
+    "gym_with",
+    "keyed_gym",
+    "tiny_policy",
+]
 
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
