@@ -35,6 +35,7 @@ from gym_server.sessions.manager import SessionManager
 from gym_server.sessions.reaper import Reaper
 from gym_server.settings import Settings, get_settings
 from gym_server.store.writer import TrajectoryStore
+from gym_server.ui import mount as mount_inspector
 
 __all__ = ["create_app"]
 
@@ -128,4 +129,5 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     for module in (environments, sessions, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
+    mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static
     return app

@@ -19,6 +19,7 @@ import math
 import secrets
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -136,6 +137,11 @@ class SessionManager:
     @property
     def live_count(self) -> int:
         return len(self._live)
+
+    def live_by_env(self, tenant: str | None = None) -> dict[str, int]:
+        """Open sessions per environment name (the inspector's live page), of `tenant` alone if given."""
+        sessions = self._live.values()
+        return dict(Counter(s.entry.name for s in sessions if tenant is None or s.tenant == tenant))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

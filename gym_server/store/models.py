@@ -18,8 +18,22 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, String, Table, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeEngine
 
 from gym_server.store.records import DEFAULT_TENANT
@@ -27,6 +41,7 @@ from gym_server.store.records import DEFAULT_TENANT
 __all__ = [
     "ApiKey",
     "Base",
+    "PolicyModel",
     "Rescore",
     "Trajectory",
     "UTCDateTime",
@@ -84,6 +99,22 @@ class Trajectory(Base):
     """One episode, live or finished: the durable form of a `TrajectoryRecord`."""
 
     __tablename__ = "trajectories"
+    # The rollout inspector's indexes (revision 0003), covering what its pages read so they never read the
+    # wide rows (transcripts): runs, their curves and per-task means by run; keyset pages and run
+    # aggregates by env; the version filters; the tenant last in each. The policy filter's index is below
+    # the class.
+    __table_args__ = (
+        Index(
+            "ix_trajectories_run_page", "run", "created_at", "id", "task_id", "reward", "failure", "tenant"
+        ),
+        Index("ix_trajectories_env_page", "env", "created_at", "id", "run", "reward", "failure", "tenant"),
+        *(
+            Index(
+                f"ix_trajectories_{name}", name, "run", "created_at", "task_id", "reward", "failure", "tenant"
+            )
+            for name in ("env_version", "verifier_version")
+        ),
+    )
 
     id: Mapped[trajectory_id] = mapped_column(primary_key=True)
     run: Mapped[name | None] = mapped_column(index=True)
@@ -164,3 +195,35 @@ class ApiKey(Base):
 trajectories_table: Table = Base.metadata.tables["trajectories"]
 rescores_table: Table = Base.metadata.tables["rescores"]
 api_keys_table: Table = Base.metadata.tables["api_keys"]
+
+
+class PolicyModel(FunctionElement[str]):
+    """The `model` of a trajectory's policy, spelled as the expression index of revision 0003 is.
+
+    An expression index serves only queries that spell the same expression, and SQLAlchemy's
+    `policy["model"]` binds the path as a parameter, which neither SQLite nor Postgres matches to an index.
+    """
+
+    type = String()
+    inherit_cache = True
+    name = "policy_model"
+
+
+@compiles(PolicyModel)
+def _policy_model_sqlite(element: PolicyModel, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"json_extract({compiler.process(element.clauses, **kw)}, '$.model')"
+
+
+@compiles(PolicyModel, "postgresql")
+def _policy_model_postgres(element: PolicyModel, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"({compiler.process(element.clauses, **kw)} ->> 'model')"
+
+
+# The policy filter's index (revision 0003), with the columns the inspector reads beside the policy; at
+# module level, as it needs the column the class made.
+_columns = trajectories_table.c
+Index(
+    "ix_trajectories_policy_model",
+    PolicyModel(_columns.policy),
+    *(_columns[name] for name in ("run", "created_at", "env", "task_id", "reward", "failure", "tenant")),
+)

@@ -16,13 +16,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, Executable, Row, Select, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gym_server.errors import RolloutNotFound
-from gym_server.store.models import Rescore, Trajectory, trajectories_table
+from gym_server.store.models import PolicyModel, Rescore, Trajectory, trajectories_table
 from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 
 __all__ = [
@@ -44,7 +44,11 @@ __all__ = [
 
 
 class TrajectoryFilter(BaseModel):
-    """Which stored trajectories a list, count or export means; a None field does not filter."""
+    """Which stored trajectories a list, count, export or inspector page means; a None field does not filter.
+
+    Every read that selects trajectories builds its WHERE from `clauses()`, so a field added here (a
+    tenant, say) scopes all of them at once.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -53,6 +57,11 @@ class TrajectoryFilter(BaseModel):
     task_id: str | None = None
     status: TrajectoryStatus | None = None
     tenant: str | None = None  # the request's tenant; None when authentication is off (every tenant)
+    env_version: str | None = None
+    verifier_version: str | None = None
+    policy: str | None = Field(None, description="the policy's `model` name")
+    created_from: datetime | None = Field(None, description="created at or after")
+    created_to: datetime | None = Field(None, description="created before")
 
     def clauses(self) -> list[ColumnElement[bool]]:
         columns = trajectories_table.c
@@ -62,8 +71,17 @@ class TrajectoryFilter(BaseModel):
             "task_id": self.task_id,
             "status": self.status,
             "tenant": self.tenant,
+            "env_version": self.env_version,
+            "verifier_version": self.verifier_version,
         }
-        return [columns[key] == value for key, value in wanted.items() if value is not None]
+        clauses = [columns[key] == value for key, value in wanted.items() if value is not None]
+        if self.policy is not None:
+            clauses.append(PolicyModel(columns.policy) == self.policy)
+        if self.created_from is not None:
+            clauses.append(columns.created_at >= self.created_from)
+        if self.created_to is not None:
+            clauses.append(columns.created_at < self.created_to)
+        return clauses
 
 
 class RescoreRecord(BaseModel):

@@ -37,7 +37,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gym_server.errors import StoreUnavailable
 from gym_server.store import repository
-from gym_server.store.migrate import describe_error, is_outage, make_engine, mask_url, upgrade_database
+from gym_server.store.migrate import (
+    describe_error,
+    is_outage,
+    make_engine,
+    mask_url,
+    refresh_statistics,
+    upgrade_database,
+)
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import RescoreRecord
 
@@ -153,6 +160,7 @@ class TrajectoryStore:
             raise RuntimeError("a TrajectoryStore starts once")
         try:
             await asyncio.to_thread(upgrade_database, self._url)
+            await asyncio.to_thread(refresh_statistics, self._url)
         except (SQLAlchemyError, OSError) as exc:
             raise StoreUnavailable(
                 f"cannot migrate the trajectory database {mask_url(self._url)}: {describe_error(exc)}"
@@ -329,6 +337,13 @@ class TrajectoryStore:
     async def list_rescores(self, trajectory_id: str) -> builtins.list[RescoreRecord]:
         """Every re-score of one trajectory, oldest first."""
         return await self._call(partial(repository.list_rescores, trajectory_id=trajectory_id))
+
+    async def read(self, query: Callable[[Session], T]) -> T:
+        """Run a read-only `query` (a `store.inspector` function, say) in a worker thread.
+
+        Outages become `StoreUnavailable` (a 503), as for every other read of the store.
+        """
+        return await self._call(query)
 
     async def ping(self) -> bool:
         """Whether the database answers `SELECT 1` (for readiness probes); never raises."""

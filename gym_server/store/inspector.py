@@ -1,0 +1,265 @@
+"""The rollout inspector's reads: run aggregates, curves over time, keyset pages and per-task rewards.
+
+Every statement here takes its WHERE from a `TrajectoryFilter` (`clauses()`), so whatever scopes the
+filter (a tenant, a date range) scopes every page of the inspector alike. They are shaped for a store of
+millions of rows: aggregates read the covering indexes of migration 0003 instead of the wide rows (whose
+transcripts dominate the table), and trajectory lists page by keyset on `(created_at, id)`, so page 10,000
+costs what page 1 does. Functions take a SQLAlchemy `Session` the caller owns, as `repository` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import ColumnElement, Float, Integer, and_, case, cast, func, or_, select
+from sqlalchemy.orm import Session
+
+from gym_server.store.models import trajectories_table
+from gym_server.store.records import TrajectoryRecord
+from gym_server.store.repository import TrajectoryFilter, row_to_record
+
+__all__ = [
+    "SUCCESS_REWARD",
+    "Curves",
+    "PageCursor",
+    "RunSummary",
+    "TaskReward",
+    "TrajectoryRow",
+    "curves",
+    "find_trajectory",
+    "run_summaries",
+    "task_rewards",
+    "trajectory_page",
+]
+
+# An episode succeeded when it scored full marks and nothing marked it untrustworthy (a failure class).
+SUCCESS_REWARD = 1.0
+
+_columns = trajectories_table.c
+
+
+def _success() -> ColumnElement[Any]:
+    return case((and_(_columns.reward >= SUCCESS_REWARD, _columns.failure.is_(None)), 1.0), else_=0.0)
+
+
+class RunSummary(BaseModel):
+    """One run's aggregates over the trajectories the filter keeps."""
+
+    run: str
+    count: int
+    reward_mean: float | None
+    success_rate: float
+    failures: int
+    first_at: datetime
+    last_at: datetime
+
+
+def run_summaries(
+    session: Session, where: TrajectoryFilter, *, offset: int = 0, limit: int = 20
+) -> tuple[list[RunSummary], int]:
+    """A page of runs, most recently active first, and how many runs match in all.
+
+    Two statements (the caller's one transaction): the page's runs by last activity, which reads only
+    `(run, created_at)` from the covering index, then the aggregates of those runs alone. Aggregating
+    every run to show twenty cost twice as much on a store of a million rows.
+    """
+    scoped = [_columns.run.is_not(None), *where.clauses()]
+    runs_total = func.count().over().label("runs_total")
+    ranked = (
+        select(_columns.run, runs_total)
+        .where(*scoped)
+        .group_by(_columns.run)
+        .order_by(func.max(_columns.created_at).desc(), _columns.run)
+        .offset(offset)
+        .limit(limit)
+    )
+    page = session.execute(ranked).all()
+    if not page:
+        distinct = select(func.count(func.distinct(_columns.run))).where(*scoped)
+        return [], session.execute(distinct).scalar_one() if offset else 0
+    order = {row.run: position for position, row in enumerate(page)}
+    aggregates = (
+        select(
+            _columns.run,
+            func.count().label("count"),
+            func.avg(_columns.reward).label("reward_mean"),
+            func.avg(_success()).label("success_rate"),
+            func.count(_columns.failure).label("failures"),
+            func.min(_columns.created_at).label("first_at"),
+            func.max(_columns.created_at).label("last_at"),
+        )
+        .where(_columns.run.in_(list(order)), *scoped)
+        .group_by(_columns.run)
+    )
+    summaries = []
+    for row in session.execute(aggregates):
+        values = row._asdict()
+        values["first_at"] = _aware(values["first_at"])
+        values["last_at"] = _aware(values["last_at"])
+        summaries.append(RunSummary.model_validate(values))
+    summaries.sort(key=lambda summary: order[summary.run])
+    return summaries, page[0].runs_total
+
+
+@dataclass(frozen=True, slots=True)
+class Curves:
+    """Per-run curves over time buckets, and failure classes per bucket, ready for a chart.
+
+    `times` are the buckets' start times (epoch seconds); `reward[run]` and `success[run]` hold one value
+    or None (no episode of that run in the bucket) per bucket; `failures[class]` one count per bucket.
+    """
+
+    times: list[float]
+    reward: dict[str, list[float | None]]
+    success: dict[str, list[float | None]]
+    failures: dict[str, list[int]]
+
+
+def curves(session: Session, where: TrajectoryFilter, runs: list[str], *, buckets: int = 40) -> Curves:
+    """Reward mean and success rate of each run in `runs` over time, and their failure classes."""
+    if not runs:
+        return Curves([], {}, {}, {})
+    scoped = [_columns.run.in_(runs), *where.clauses()]
+    epoch = _epoch_seconds(session)
+    span = session.execute(select(func.min(epoch), func.max(epoch)).where(*scoped)).one()
+    if span[0] is None:
+        return Curves([], {run: [] for run in runs}, {run: [] for run in runs}, {})
+    start, end = float(span[0]), float(span[1])
+    # Slightly wider than span/buckets, so the newest episode falls in the last bucket, not one past it.
+    width = (end - start) / (buckets - 0.001) if end > start else 1.0
+    bucket = _floor(session, (epoch - start) / width)
+    count = buckets if end > start else 1
+    times = [start + index * width for index in range(count)]
+    reward: dict[str, list[float | None]] = {run: [None] * count for run in runs}
+    success: dict[str, list[float | None]] = {run: [None] * count for run in runs}
+    by_run = (
+        select(_columns.run, bucket.label("bucket"), func.avg(_columns.reward), func.avg(_success()))
+        .where(*scoped)
+        .group_by(_columns.run, bucket)
+    )
+    for run, index, mean, rate in session.execute(by_run):
+        reward[run][int(index)] = None if mean is None else float(mean)
+        success[run][int(index)] = float(rate)
+    failures: dict[str, list[int]] = {}
+    by_class = (
+        select(_columns.failure, bucket.label("bucket"), func.count())
+        .where(_columns.failure.is_not(None), *scoped)
+        .group_by(_columns.failure, bucket)
+    )
+    for failure, index, number in session.execute(by_class):
+        failures.setdefault(failure, [0] * count)[int(index)] = int(number)
+    return Curves(times, reward, success, dict(sorted(failures.items())))
+
+
+def _epoch_seconds(session: Session) -> ColumnElement[float]:
+    """`created_at` as Unix seconds in the session's dialect (SQLite keeps text, Postgres a timestamptz)."""
+    if session.get_bind().dialect.name == "sqlite":
+        return cast((func.julianday(_columns.created_at) - 2440587.5) * 86400.0, Float)
+    return cast(func.extract("epoch", _columns.created_at), Float)
+
+
+def _floor(session: Session, value: ColumnElement[float]) -> ColumnElement[int]:
+    """`value` rounded down: SQLite's CAST truncates (enough, as values are >= 0), Postgres's rounds."""
+    if session.get_bind().dialect.name == "sqlite":
+        return cast(value, Integer)
+    return cast(func.floor(value), Integer)
+
+
+def _aware(value: datetime | str) -> datetime:
+    """An aggregate's timestamp as aware UTC: SQLite's MIN/MAX return the stored text, without the type."""
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class TrajectoryRow(BaseModel):
+    """A trajectory as a list shows it: no transcript, no token data."""
+
+    id: str
+    run: str | None
+    env: str
+    env_version: str
+    task_id: str
+    status: str
+    failure: str | None
+    reward: float | None
+    num_turns: int
+    verifier_version: str | None
+    created_at: datetime
+
+
+class PageCursor(BaseModel):
+    """Where a keyset page ends: the last row's `(created_at, id)`; the next page starts after it."""
+
+    created_at: datetime
+    id: str
+
+    def token(self) -> str:
+        return f"{self.created_at.isoformat()}|{self.id}"
+
+    @classmethod
+    def parse(cls, token: str) -> PageCursor:
+        """The cursor `token()` wrote; raises ValueError on anything else."""
+        moment, separator, trajectory_id = token.partition("|")
+        if not separator or not trajectory_id:
+            raise ValueError("a cursor is '<created_at ISO time>|<trajectory id>'")
+        return cls(created_at=_aware(moment), id=trajectory_id)
+
+
+_ROW_COLUMNS = [_columns[name] for name in TrajectoryRow.model_fields]
+
+
+def trajectory_page(
+    session: Session, where: TrajectoryFilter, *, after: PageCursor | None = None, limit: int = 50
+) -> tuple[list[TrajectoryRow], PageCursor | None]:
+    """One page of trajectories, newest first, after `after`; and the cursor of the next page, if any."""
+    statement = select(*_ROW_COLUMNS).where(*where.clauses())
+    if after is not None:
+        statement = statement.where(
+            or_(
+                _columns.created_at < after.created_at,
+                and_(_columns.created_at == after.created_at, _columns.id < after.id),
+            )
+        )
+    statement = statement.order_by(_columns.created_at.desc(), _columns.id.desc()).limit(limit + 1)
+    rows = [TrajectoryRow.model_validate(row._asdict()) for row in session.execute(statement)]
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, PageCursor(created_at=rows[-1].created_at, id=rows[-1].id)
+
+
+def find_trajectory(session: Session, where: TrajectoryFilter, trajectory_id: str) -> TrajectoryRecord | None:
+    """The stored trajectory with this id if `where` keeps it, else None (so a scoped reader sees a 404)."""
+    statement = select(trajectories_table).where(_columns.id == trajectory_id, *where.clauses())
+    row = session.execute(statement).first()
+    return None if row is None else row_to_record(row)
+
+
+class TaskReward(BaseModel):
+    """A task's episodes under one side of a comparison: how many, and their mean reward."""
+
+    task_id: str
+    count: int
+    reward_mean: float | None
+
+
+def task_rewards(session: Session, where: TrajectoryFilter) -> dict[str, TaskReward]:
+    """Mean reward per task over the trajectories `where` keeps, keyed by task id.
+
+    Grouped by `coalesce(task_id, '')` (the same value: the column is never null) rather than the bare
+    column: given statistics, SQLite otherwise walks the one-column task index to skip a sort, and with a
+    filter that matches half the store (a policy) reads every row whole, 3.3 s instead of 0.6 s on a
+    million rows. The expression lets the filter's own index drive the read.
+    """
+    task = func.coalesce(_columns.task_id, "")
+    statement = (
+        select(
+            task.label("task_id"), func.count().label("count"), func.avg(_columns.reward).label("reward_mean")
+        )
+        .where(*where.clauses())
+        .group_by(task)
+    )
+    return {row.task_id: TaskReward.model_validate(row._asdict()) for row in session.execute(statement)}
