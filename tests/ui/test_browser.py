@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from authtest import KeyMaker
 from conftest import ServerProcess, free_port
 from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, Request, expect, sync_playwright
 from ui.inspector_data import HOSTILE, HOSTILE_MARKUP, SHOWCASE, populate
@@ -28,15 +29,19 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts" / "ui"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
+def _serve(url: str, **env: str) -> ServerProcess:
+    port = free_port()
+    environ = {**os.environ, "GYM_SERVER_NAME": "ui-browser", "GYM_DATABASE_URL": url, **env}
+    args = [sys.executable, "-m", "gym_server.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return ServerProcess(url=f"http://127.0.0.1:{port}", env=environ, args=args)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A real `gym-server serve` on loopback over the known store (SQLite), with one live session."""
     url = f"sqlite:///{tmp_path_factory.mktemp('ui-browser') / 'ui.db'}"
     populate(url)
-    port = free_port()
-    env = {**os.environ, "GYM_SERVER_NAME": "ui-browser", "GYM_DATABASE_URL": url}
-    args = [sys.executable, "-m", "gym_server.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    process = ServerProcess(url=f"http://127.0.0.1:{port}", env=env, args=args)
+    process = _serve(url)
     process.start()
     try:
         created = httpx.post(f"{process.url}/v1/sessions", json={"env": "counter", "seed": 1}, timeout=10)
@@ -236,3 +241,46 @@ def test_model_output_is_shown_as_text_and_runs_nothing(page: Page) -> None:
     expect(page.locator(".tool-call")).to_contain_text("{not json")  # bad arguments shown as written
     expect(page.locator("main img, main script, main i, main b")).to_have_count(0)
     assert dialogs == []
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
+    """The known store behind a server that requires keys, and a `read` key of the rows' tenant."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('ui-login') / 'ui.db'}"
+    populate(url)  # rows of the tenant `default`, as stored before keys existed
+    key = KeyMaker(url).create("default", "read")
+    process = _serve(url, GYM_AUTH__MODE="on")
+    process.start()
+    try:
+        yield process, key
+    finally:
+        process.stop()
+
+
+def test_a_browser_logs_in_with_a_key_and_out_again(
+    browser: Browser, keyed_server: tuple[ServerProcess, str]
+) -> None:
+    """The login as a person meets it: sent to the form, a mistyped key refused with a message, the
+    right one opens the page first asked for, the cookie is HttpOnly and holds no key, and logging out
+    (the form posting its CSRF token) sends every page back to the form."""
+    server, key = keyed_server
+    context = browser.new_context(base_url=server.url)
+    page = context.new_page()
+    page.goto("/ui/runs")
+    expect(page).to_have_url(re.compile(r"/ui/login\?next=%2Fui%2Fruns$"))
+    page.fill("#key", key[:-1] + ("y" if key.endswith("x") else "x"))
+    page.click("button[type=submit]")
+    expect(page.get_by_role("alert")).to_contain_text("not valid")
+    page.fill("#key", key)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/ui/runs$"))
+    expect(page.locator("tr[data-run=baseline] td.reward")).to_have_text("0.625")
+    (cookie,) = context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and key not in cookie["value"]
+    assert key not in page.content()
+    page.goto("/ui/logout")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/ui/login$"))
+    page.goto("/ui/runs")
+    expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+    context.close()
