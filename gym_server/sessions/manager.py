@@ -106,6 +106,19 @@ class LiveSession:
     def is_idle_expired(self, now: float) -> bool:
         return now - self.last_active > self.ttl_s
 
+    def identity(self) -> dict[str, Any]:
+        """The episode's ids and bounds as the protocol facades announce them when it opens (MCP's
+        initialize `_meta`, OpenEnv's reset `metadata`, NeMo Gym's `seed_session` answer)."""
+        return {
+            "session_id": self.id,
+            "env": self.entry.name,
+            "env_version": self.entry.version,
+            "task_id": self.env.task.id,
+            "seed": self.env.seed,
+            "max_turns": self.max_turns,
+            "expires_at": self.expires_at().isoformat(),
+        }
+
 
 class SessionManager:
     """Creates, steps, verifies and closes sessions; the API and the CLI both call it."""

@@ -173,16 +173,5 @@ class _Handlers:
         session = self.episodes.live(ctx)
         env = session.env
         result["instructions"] = mapping.instructions(session.entry.name, env.task.id, env.messages)
-        result["_meta"] = {
-            mapping.EPISODE_META_KEY: {
-                "session_id": session.id,
-                "env": session.entry.name,
-                "env_version": session.entry.version,
-                "task_id": env.task.id,
-                "seed": env.seed,
-                "messages": env.messages,
-                "max_turns": session.max_turns,
-                "expires_at": session.expires_at().isoformat(),
-            }
-        }
+        result["_meta"] = {mapping.EPISODE_META_KEY: {**session.identity(), "messages": env.messages}}
         return result

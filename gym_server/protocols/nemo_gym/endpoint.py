@@ -122,18 +122,7 @@ async def _seed(manager: SessionManager, env: str, raw: bytes) -> tuple[LiveSess
         run=params.run,
         metadata={"protocol": "nemo-gym"},
     )
-    instance = session.env
-    body = {
-        "session_id": session.id,
-        "env": session.entry.name,
-        "env_version": session.entry.version,
-        "task_id": instance.task.id,
-        "seed": instance.seed,
-        "messages": instance.messages,
-        "tools": session.tools,
-        "max_turns": session.max_turns,
-        "expires_at": session.expires_at().isoformat(),
-    }
+    body = {**session.identity(), "messages": session.env.messages, "tools": session.tools}
     return session, jsontext.dumps(body, default=str)
 
 

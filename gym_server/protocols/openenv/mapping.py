@@ -189,18 +189,12 @@ def _observation(observation: dict[str, Any], reward: float | None, done: bool) 
 
 def reset_result(session: LiveSession, transport: str) -> dict[str, Any]:
     """The answer to a reset: the opening messages, the tools, and the episode's ids in `metadata`."""
-    env = session.env
-    meta = {
-        "session_id": session.id,
-        "env": session.entry.name,
-        "env_version": session.entry.version,
-        "task_id": env.task.id,
-        "seed": env.seed,
-        "max_turns": session.max_turns,
-        "expires_at": session.expires_at().isoformat(),
-        "transport": transport,
+    meta = {**session.identity(), "transport": transport}
+    observation = {
+        "messages": session.env.messages,
+        "tools": tools(session),
+        "metadata": {EPISODE_META_KEY: meta},
     }
-    observation = {"messages": env.messages, "tools": tools(session), "metadata": {EPISODE_META_KEY: meta}}
     return _observation(observation, None, False)
 
 
