@@ -14,7 +14,7 @@ from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import DockerBackend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, SandboxBackend
-from gym_server.verifiers.code import HARNESS_SOURCE, extract_code, run_code_tests, verify_code
+from gym_server.verifiers.code import HARNESS_SOURCE, _verdict, extract_code, run_code_tests, verify_code
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(2, 3) == 5", "assert candidate(-4, 1) == -3", "assert solution.add('a', 'b') == 'ab'"]
@@ -185,10 +185,11 @@ async def test_a_forged_or_rewritten_verdict_is_rejected(pool: SandboxPool) -> N
     request: dict[str, object] = {"key": "k" * 64, "candidate": FORGER, "tests": TESTS, "entry_point": "add"}
     request |= {"timeout_s": 5, "call_timeout_s": 1}
     raw = await pool.run(["python3", "-I", "-S", "-c", HARNESS_SOURCE], stdin=json.dumps(request), timeout=10)
-    lines = [line for line in raw.stdout.splitlines() if line.startswith(b"GYM-VERDICT")]
-    assert len(lines) >= 1  # the genuine one at least; where /proc lets it, the fake one is there too
-    genuine = [line for line in lines if not line.split()[1].startswith(b"0" * 64)]
-    assert genuine and all(b'"fail"' in line or b'"error"' in line for line in genuine[:1])
+    assert any(line.startswith(b"GYM-VERDICT") for line in raw.stdout.splitlines())
+    # Where /proc lets the candidate read the harness's pipe (Docker), it may steal the genuine verdict before
+    # it reaches us, so it need not be there; what must hold is that no line it wrote carries a valid MAC.
+    verdict = _verdict(raw.stdout, "k" * 64)
+    assert verdict is None or any(status != "pass" for status, _ in verdict["results"])
 
 
 async def test_candidate_exceptions_reach_tests_that_expect_them(pool: SandboxPool) -> None:
