@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import ray
 import uvicorn
@@ -50,6 +51,10 @@ def serve_on_ray(settings: Settings, scale: RayScaleSettings) -> None:
             timeout_keep_alive=settings.http.keep_alive_s,
             timeout_graceful_shutdown=10,
         )
+        # uvicorn re-raises the signal that stopped it once it has shut down cleanly; the SIGTERM handler
+        # ray.init installed would turn that into exit status 15, so the re-raised one is ignored.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         uvicorn.Server(config).run()
     finally:
         ray.shutdown()

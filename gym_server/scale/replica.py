@@ -75,7 +75,7 @@ class ReplicaProcess:
                 raise ReplicaStartError(f"replica {self._name} exited with {self._process.returncode}")
             with (
                 contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(url, timeout=1) as answer,  # noqa: S310 - http to our own child
+                urllib.request.urlopen(url, timeout=1) as answer,
             ):
                 if answer.status == 200:
                     return host, port, node_id
