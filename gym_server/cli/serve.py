@@ -142,16 +142,17 @@ def serve(
         str | None, typer.Option(help="auto, docker, bubblewrap or unsafe-no-sandbox (GYM_SANDBOX__BACKEND)")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error")] = None,
+    ray: Annotated[
+        bool,
+        typer.Option("--ray", help="run replicas on a Ray cluster behind one entry point (docs/scale.md)"),
+    ] = False,
     ray_address: Annotated[
-        str | None,
+        str,
         typer.Option(
-            "--ray",
-            is_flag=False,
-            flag_value="auto",
-            help="run replicas on a Ray cluster behind one entry point: --ray (RAY_ADDRESS or the local "
-            "cluster), --ray ADDRESS, or --ray local (a one-node cluster started here); docs/scale.md",
+            help="with --ray: the cluster (auto: RAY_ADDRESS or the local `ray start`; local: start a "
+            "one-node cluster here; or HOST:PORT)"
         ),
-    ] = None,
+    ] = "auto",
     max_workers: Annotated[
         int | None, typer.Option(min=1, help="with --ray: the most replicas (default: --workers)")
     ] = None,
@@ -199,7 +200,7 @@ def serve(
         else f"MCP facade off (needs the mcp extra: {install_command('mcp')})",
         markup=False,  # the extra's brackets are not rich markup
     )
-    if ray_address is not None:
+    if ray:
         _run_on_ray(
             settings,
             {

@@ -123,7 +123,7 @@ def stack() -> Iterator[Stack]:
         # cwd outside the checkout, as a user's: nothing is imported from the repository by path
         database_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
         command = [
-            PYTHON, "-m", "gym_server", "serve", "--ray", cluster.address,
+            PYTHON, "-m", "gym_server", "serve", "--ray", "--ray-address", cluster.address,
             "--host", "127.0.0.1", "--port", str(port), "--database-url", database_url,
             "--sandbox-backend", "unsafe-no-sandbox", "--log-level", "warning",
             "--workers", "2", "--max-workers", "3", "--target-sessions", "2",
