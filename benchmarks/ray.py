@@ -1,8 +1,8 @@
 """Ray entry point benchmark: what the router's hop costs against a replica reached directly, and what a
 second replica adds (issue 13's targets: overhead <= 10 %, two replicas >= 1.7x one).
 
-`gym-server serve --ray --ray-address local` starts a one-node Ray cluster on this machine and its replicas; each
-level runs C clients looping over `counter` episodes (create, K steps, close) for D seconds, counting
+`gym-server serve --ray --ray-address local` starts a one-node Ray cluster on this machine and its
+replicas; each level runs C clients looping over `counter` episodes (create, K steps, close) for D seconds, counting
 steps. Direct and through-the-entry-point levels of the same replica are interleaved, round by round,
 so a change in the machine's load hits both. Nothing is pinned: the entry point, the replicas and this
 load generator share the machine's cores, and the load average is printed with every row because the
