@@ -2,11 +2,11 @@
 second replica adds (issue 13's targets: overhead <= 10 %, two replicas >= 1.7x one).
 
 `gym-server serve --ray --ray-address local` starts a one-node Ray cluster on this machine and its
-replicas; each level runs C clients looping over `counter` episodes (create, K steps, close) for D seconds, counting
-steps. Direct and through-the-entry-point levels of the same replica are interleaved, round by round,
-so a change in the machine's load hits both. Nothing is pinned: the entry point, the replicas and this
-load generator share the machine's cores, and the load average is printed with every row because the
-machine may be shared. Needs the ray extra and a PostgreSQL (`--admin-url`, a throwaway database).
+replicas; each level runs C clients looping over `counter` episodes (create, K steps, close) for D
+seconds, counting steps. Direct and through-the-entry-point levels of the same replica are interleaved,
+round by round, so a change in the machine's load hits both. Nothing is pinned: the entry point, the
+replicas and this load generator share the machine's cores, and the load average is printed with every
+row because the machine may be shared. Needs the ray extra and a PostgreSQL (`--admin-url`, a throwaway database).
 
     python benchmarks/ray.py [--clients 16] [--duration 5] [--rounds 3] [--write-docs]
 """
