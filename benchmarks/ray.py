@@ -6,7 +6,8 @@ replicas; each level runs C clients looping over `counter` episodes (create, K s
 seconds, counting steps. Direct and through-the-entry-point levels of the same replica are interleaved,
 round by round, so a change in the machine's load hits both. Nothing is pinned: the entry point, the
 replicas and this load generator share the machine's cores, and the load average is printed with every
-row because the machine may be shared. Needs the ray extra and a PostgreSQL (`--admin-url`, a throwaway database).
+row because the machine may be shared. Needs the ray extra and a PostgreSQL (`--admin-url`; the run
+uses a throwaway database).
 
     python benchmarks/ray.py [--clients 16] [--duration 5] [--rounds 3] [--write-docs]
 """
