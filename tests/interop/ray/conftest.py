@@ -94,6 +94,24 @@ class Stack:
     marker: str
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (a replica's sandboxes, say), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
 def marked_processes(marker: str) -> list[int]:
     """Processes (Ray's, the replicas') whose environment carries this run's marker."""
     found = []
@@ -125,7 +143,7 @@ def stack() -> Iterator[Stack]:
         command = [
             PYTHON, "-m", "gym_server", "serve", "--ray", "--ray-address", cluster.address,
             "--host", "127.0.0.1", "--port", str(port), "--database-url", database_url,
-            "--sandbox-backend", "unsafe-no-sandbox", "--log-level", "warning",
+            "--sandbox-backend", "bubblewrap", "--log-level", "warning",
             "--workers", "2", "--max-workers", "3", "--target-sessions", "2",
             "--replica-cpus", "0", "--replica-resources", json.dumps({"gym_replica": 1}),
         ]  # fmt: skip

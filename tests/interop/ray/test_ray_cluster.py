@@ -3,8 +3,9 @@
 Proves: sessions created through the one URL land on several replicas and stay on theirs; the replicas
 scale up and down with live sessions; a replica process killed, and a whole node killed, mid-episode
 leave their sessions stored `lost` (acknowledged closes intact), their clients 410 `session-lost` with a
-pointer to the stored trajectory, new sessions on the living replicas, and the replica replaced; and no
-process of the cluster or its replicas outlives the run. The tests run in order on one cluster.
+pointer to the stored trajectory, new sessions on the living replicas, the replica replaced, and the dead
+replica's bubblewrap sandbox gone with it; and no process of the cluster or its replicas outlives the
+run. The tests run in order on one cluster.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from typing import Any
 
 from client import get, request, tool_call
-from conftest import Stack, marked_processes, replicas, wait_for
+from conftest import Stack, descendants, marked_processes, replicas, wait_for
 
 RECOVERY_WAIT_S = 120.0
 
@@ -119,8 +120,34 @@ def test_a_killed_replica_process_loses_only_its_live_sessions(stack: Stack) -> 
     close(stack, closed_id)
     live_id, _ = session_on(stack, victim["name"])
     assert step(stack, live_id)[0] == 200
+    sandboxed_id = _sandboxed_session_on(stack, victim["name"])
+    sandboxes = descendants(victim["pid"])
+    assert sandboxes, "the python_repl session's sandbox runs under the replica"
     os.kill(victim["pid"], signal.SIGKILL)
     _assert_lost_and_replaced(stack, victim["name"], live_id, closed_id)
+    assert stored(stack, sandboxed_id, "lost")["server_name"] == victim["name"]
+    wait_for(lambda: not any(_alive(pid) for pid in sandboxes), 30, "the dead replica's sandboxes gone")
+
+
+def _sandboxed_session_on(stack: Stack, name: str) -> str:
+    """A python_repl session on replica `name` whose interpreter (a bubblewrap sandbox) is running."""
+    for _ in range(20):
+        status, headers, body = request(
+            stack.url, "POST", "/v1/sessions", {"env": "python_repl", "task_id": "python_repl-0001"}
+        )
+        assert status == 201, body
+        session_id = body["session_id"]
+        if headers["x-gym-replica"] == name:
+            ran = request(
+                stack.url,
+                "POST",
+                f"/v1/sessions/{session_id}/step",
+                tool_call("run_python", {"code": "print(6*7)"}),
+            )
+            assert ran[0] == 200 and "42" in str(ran[2]["messages"]), ran
+            return str(session_id)
+        close(stack, session_id)
+    raise AssertionError(f"no python_repl session landed on {name}")
 
 
 def test_a_killed_node_loses_its_replicas_sessions_and_is_survived(stack: Stack) -> None:
