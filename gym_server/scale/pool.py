@@ -31,7 +31,7 @@ from gym_server.scale.replica import ReplicaProcess
 from gym_server.scale.settings import RayScaleSettings
 from gym_server.scale.upstream import UpstreamError, UpstreamPool
 from gym_server.store import repository
-from gym_server.store.migrate import make_engine
+from gym_server.store.migrate import make_engine, upgrade_database
 
 log = logging.getLogger(__name__)
 _LIVE_GAUGE = b"\ngym_sessions_live "
@@ -128,7 +128,12 @@ class ReplicaPool:
 
     # -- life cycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Start `min_replicas` replicas; returns once all answer (raises if one cannot start)."""
+        """Start `min_replicas` replicas; returns once all answer (raises if one cannot start).
+
+        First, the live rows of a previous run's replicas are marked lost: Ray ended those replicas with
+        that run's entry point (they belong to its job), and a new run may start fewer under those names.
+        """
+        await asyncio.to_thread(self._mark_previous_run_lost)
         await asyncio.gather(*(self._launch() for _ in range(self.settings.min_replicas)))
 
     async def run(self) -> None:
@@ -217,6 +222,13 @@ class ReplicaPool:
         )
         await asyncio.to_thread(self._mark_lost_pending)
         self._rescale()
+
+    def _mark_previous_run_lost(self) -> None:
+        upgrade_database(self._store_url)  # a new database: the schema before the first update
+        with Session(self._engine) as session, session.begin():
+            count = repository.mark_lost(session, self._prefix, replicas=True)
+        if count:
+            log.warning("marked %d sessions of %s-* lost: live when the last run ended", count, self._prefix)
 
     def _mark_lost_pending(self) -> None:
         for name in list(self._unmarked):
