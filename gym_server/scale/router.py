@@ -6,10 +6,11 @@ session (`/v1/sessions/{id}/...`) goes to the same replica. A client never pins 
 (environments, rollouts, verification) are stateless and go to the least loaded replica. Each answer names
 its replica in `x-gym-replica`; `GET /v1/replicas` lists the replicas, their nodes and loads, the dead.
 
-A session whose replica died answers 410 `session-lost` with a pointer to its stored trajectory; a request
-that cannot reach its replica while the supervisor has not yet decided whether it is dead answers 503
-`replica-unavailable` with Retry-After: 1. Routes whose sessions the router does not see (the OpenEnv
-WebSocket, MCP and NeMo Gym facades) are not pinned: see docs/scale.md.
+A session whose replica died answers 410 `session-lost` with a pointer to its stored trajectory (a GET
+of it is answered from the store by any replica); a request that cannot reach its replica while the
+supervisor has not yet decided whether it is dead answers 503 `replica-unavailable` with Retry-After:
+1. Routes whose sessions the router does not see (the OpenEnv WebSocket, MCP and NeMo Gym facades) are
+not pinned: see docs/scale.md.
 
 No FastAPI here: a plain ASGI callable, so the hop costs one parse and one forward per request.
 """
@@ -94,7 +95,7 @@ class EntryPoint:
             path[len(_SESSION_PREFIX) :].partition("/")[0] if path.startswith(_SESSION_PREFIX) else ""
         )
         if session_id:
-            replica = self._owner(session_id)
+            replica = self._owner(session_id, read_only=method == "GET")
             answer = await self._session_request(replica, session_id, method, target, headers, body)
             if answer.status in (404, 410) or (method == "DELETE" and answer.status < 300):
                 self.pool.forget(session_id)
@@ -110,9 +111,11 @@ class EntryPoint:
         await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})
         await send({"type": "http.response.body", "body": bytes(answer.body)})
 
-    def _owner(self, session_id: str) -> Replica:
+    def _owner(self, session_id: str, *, read_only: bool) -> Replica:
         name = self.pool.owner(session_id)
         if name is not None and name in self.pool.dead:
+            if read_only:  # any replica reads it back from the store, as `lost`
+                return self._pick()
             raise SessionLost(session_id, name)
         replica = self.pool.replicas.get(name) if name is not None else None
         if replica is not None:

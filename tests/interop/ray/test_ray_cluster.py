@@ -102,6 +102,8 @@ def _assert_lost_and_replaced(stack: Stack, victim: str, live_id: str, closed_id
     assert victim in body["detail"]
     lost = stored(stack, live_id, "lost")
     assert lost["server_name"] == victim
+    status, state = get(stack.url, f"/v1/sessions/{live_id}")  # reading it back still works
+    assert status == 200 and state["status"] == "lost", state
     assert stored(stack, closed_id, "abandoned")["server_name"] == victim  # acknowledged: intact
     new_id, holder = create(stack)
     assert holder != victim
