@@ -13,6 +13,7 @@ client ever sees a traceback. The tree::
     │   └── RolloutNotFound
     ├── SessionFinished (409)
     ├── SessionExpired (410)
+    │   └── SessionLost (its replica died; the Ray entry point answers it)
     ├── PayloadTooLarge (413)
     ├── UnsupportedMediaType (415)
     ├── InvalidRequest (422)
@@ -22,7 +23,8 @@ client ever sees a traceback. The tree::
     ├── TooManyConnections (503, Retry-After, the connection closed)
     ├── BackendUnavailable (503)
     │   ├── StoreUnavailable
-    │   └── SandboxUnavailable
+    │   ├── SandboxUnavailable
+    │   └── ReplicaUnavailable (the Ray entry point: no replica answers yet)
     └── EnvironmentDefinitionError (500, raised at registration for a broken environment class)
 
 A model's bad tool call is never one of these: it becomes a tool message the model reads.
@@ -42,11 +44,13 @@ __all__ = [
     "InvalidRequest",
     "NotFoundError",
     "PayloadTooLarge",
+    "ReplicaUnavailable",
     "RolloutNotFound",
     "SandboxUnavailable",
     "SandboxesBusy",
     "SessionExpired",
     "SessionFinished",
+    "SessionLost",
     "SessionNotFound",
     "SplitNotFound",
     "StoreUnavailable",
@@ -170,6 +174,24 @@ class SessionExpired(GymError):
         )
 
 
+class SessionLost(SessionExpired):
+    """The replica that held the session died (process or node); what it acknowledged is stored as
+    `lost`, and `rollout` points at it."""
+
+    slug = "session-lost"
+    title = "Session lost"
+
+    def __init__(self, session_id: str, replica: str) -> None:
+        GymError.__init__(
+            self,
+            f"session {session_id!r} was lost when its replica {replica!r} died; everything acknowledged is "
+            f"stored as lost (GET /v1/rollouts/{session_id}), start a new session",
+            session_id=session_id,
+            replica=replica,
+            rollout=f"/v1/rollouts/{session_id}",
+        )
+
+
 class PayloadTooLarge(GymError):
     """A request body is over the configured limit."""
 
@@ -286,6 +308,17 @@ class SandboxUnavailable(BackendUnavailable):
 
     slug = "sandbox-unavailable"
     title = "Sandbox unavailable"
+
+
+class ReplicaUnavailable(BackendUnavailable):
+    """The Ray entry point has no replica that answers for this request yet (starting, or being checked)."""
+
+    slug = "replica-unavailable"
+    title = "No replica available"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
 
 
 class EnvironmentDefinitionError(GymError):

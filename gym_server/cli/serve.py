@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import json
 import multiprocessing
 import os
 import signal
@@ -133,11 +134,35 @@ def serve(
     database_url: Annotated[
         str | None, typer.Option("--database-url", help="SQLAlchemy URL; default SQLite at var/gym.db")
     ] = None,
-    workers: Annotated[int, typer.Option(min=1, help="independent replicas on consecutive ports")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(min=1, help="independent replicas on consecutive ports; with --ray the fewest replicas"),
+    ] = 1,
     sandbox_backend: Annotated[
         str | None, typer.Option(help="auto, docker, bubblewrap or unsafe-no-sandbox (GYM_SANDBOX__BACKEND)")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error")] = None,
+    ray: Annotated[
+        bool,
+        typer.Option("--ray", help="run replicas on a Ray cluster behind one entry point (docs/scale.md)"),
+    ] = False,
+    ray_address: Annotated[
+        str,
+        typer.Option(
+            help="with --ray: the cluster (auto: RAY_ADDRESS or the local `ray start`; local: start a "
+            "one-node cluster here; or HOST:PORT)"
+        ),
+    ] = "auto",
+    max_workers: Annotated[
+        int | None, typer.Option(min=1, help="with --ray: the most replicas (default: --workers)")
+    ] = None,
+    target_sessions: Annotated[
+        int, typer.Option(min=1, help="with --ray: live sessions per replica above which one more starts")
+    ] = 64,
+    replica_cpus: Annotated[float, typer.Option(min=0, help="with --ray: Ray CPUs per replica")] = 1.0,
+    replica_resources: Annotated[
+        str | None, typer.Option(help='with --ray: custom Ray resources per replica, JSON: {"gym": 1}')
+    ] = None,
 ) -> None:
     """Run the gym server."""
     overrides: dict[str, object] = {}
@@ -156,7 +181,11 @@ def serve(
         raise typer.Exit(2) from exc
     console.print(
         f"[bold]gym-server[/] on http://{settings.host}:{settings.port}"
-        + (f" … :{settings.port + workers - 1} ({workers} replicas)" if workers > 1 else "")
+        + (
+            f" … :{settings.port + workers - 1} ({workers} replicas)"
+            if workers > 1 and not ray_address
+            else ""
+        )
         + f"  store: {_mask(settings.store.resolved_url())}"
     )
     console.print(
@@ -171,10 +200,50 @@ def serve(
         else f"MCP facade off (needs the mcp extra: {install_command('mcp')})",
         markup=False,  # the extra's brackets are not rich markup
     )
+    if ray:
+        _run_on_ray(
+            settings,
+            {
+                "address": ray_address,
+                "min_replicas": workers,
+                "max_replicas": max_workers or workers,
+                "target_sessions": target_sessions,
+                "replica_cpus": replica_cpus,
+                "replica_resources": replica_resources or "{}",
+            },
+        )
+        return
     if workers == 1:
         _run_replica(settings)
         return
     _run_replicas(settings, workers)
+
+
+def _run_on_ray(settings: Settings, options: dict[str, object]) -> None:
+    """`--ray`: replicas as Ray actors behind this process's entry point (gym_server.scale)."""
+    if not settings.store.resolved_url().startswith("postgresql"):
+        console.print(
+            "[red]--ray needs one PostgreSQL for every replica:[/] pass --database-url postgresql://... "
+            "(or GYM_STORE__URL); SQLite is for one machine"
+        )
+        raise typer.Exit(2)
+    try:
+        from gym_server.scale.launch import serve_on_ray
+        from gym_server.scale.settings import RayScaleSettings
+    except ImportError as exc:
+        console.print(f"[red]--ray needs Ray:[/] {install_command('ray')} ({exc})", markup=False)
+        raise typer.Exit(2) from None
+    try:
+        resources = options.pop("replica_resources")
+        scale = RayScaleSettings.model_validate({**options, "replica_resources": json.loads(str(resources))})
+    except (ValidationError, ValueError) as exc:
+        console.print(f"[red]invalid --ray options:[/] {exc}", markup=False)
+        raise typer.Exit(2) from None
+    console.print(
+        f"Ray: {scale.min_replicas}-{scale.max_replicas} replicas on {scale.address}, one entry point",
+        markup=False,
+    )
+    serve_on_ray(settings, scale)
 
 
 def _sandbox_share(settings: Settings, workers: int) -> SandboxSettings:

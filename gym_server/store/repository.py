@@ -225,15 +225,22 @@ def count_matching(session: Session, where: TrajectoryFilter) -> int:
     return session.execute(statement).scalar_one()
 
 
-def mark_lost(session: Session, server_name: str) -> int:
+def mark_lost(session: Session, server_name: str, *, replicas: bool = False) -> int:
     """Mark every live trajectory of `server_name` lost (its server restarted); returns how many.
 
     Call it at start-up before the server opens sessions, so only the previous process's rows match.
+    With `replicas`, the rows of its replicas instead (`<server_name>-<i>`: `serve --workers` and
+    `serve --ray` name them so), for an entry point whose replicas of a previous run are gone.
     """
     columns = trajectories_table.c
+    owner = (
+        columns.server_name.startswith(f"{server_name}-", autoescape=True)
+        if replicas
+        else columns.server_name == server_name
+    )
     statement = (
         update(trajectories_table)
-        .where(columns.status == TrajectoryStatus.LIVE.value, columns.server_name == server_name)
+        .where(columns.status == TrajectoryStatus.LIVE.value, owner)
         .values(
             status=TrajectoryStatus.LOST.value,
             failure=FailureClass.SERVER_RESTART.value,

@@ -138,6 +138,27 @@ def test_same_created_at_pages_without_overlap(
     assert seen == sorted((record.id for record in records), reverse=True)
 
 
+def test_mark_lost_of_replicas_touches_their_live_rows_only(
+    sessions: sessionmaker[Session], make_record: RecordFactory
+) -> None:
+    """`serve --ray` starting again marks what its previous run's replicas (`<name>-<i>`) left live."""
+    replicas = [make_record(server_name=f"gym:80-{index}") for index in (0, 1, 12)]
+    others = [
+        make_record(server_name="gym:80"),
+        make_record(server_name="gym:8080-0"),
+        make_record(server_name="gym%80-0"),
+    ]
+    with sessions.begin() as session:
+        repository.upsert_trajectories(session, [*replicas, *others])
+    with sessions.begin() as session:
+        assert repository.mark_lost(session, "gym:80", replicas=True) == 3
+    with sessions() as session:
+        stored = {r.id: repository.get_trajectory(session, r.id) for r in [*replicas, *others]}
+    statuses = {key: row.status for key, row in stored.items() if row is not None}
+    assert [statuses[r.id] for r in replicas] == [TrajectoryStatus.LOST] * 3
+    assert [statuses[r.id] for r in others] == [TrajectoryStatus.LIVE] * 3
+
+
 def test_mark_lost_touches_only_live_rows_of_that_server(
     sessions: sessionmaker[Session], make_record: RecordFactory
 ) -> None:

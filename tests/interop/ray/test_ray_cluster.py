@@ -1,0 +1,181 @@
+"""`gym-server serve --ray` on a real three-node Ray cluster (loopback), one PostgreSQL, one entry point.
+
+Proves: sessions created through the one URL land on several replicas and stay on theirs; the replicas
+scale up and down with live sessions; a replica process killed, and a whole node killed, mid-episode
+leave their sessions stored `lost` (acknowledged closes intact), their clients 410 `session-lost` with a
+pointer to the stored trajectory, new sessions on the living replicas, the replica replaced, and the dead
+replica's bubblewrap sandbox gone with it; and no process of the cluster or its replicas outlives the
+run. The tests run in order on one cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from client import get, request, tool_call
+from conftest import Stack, descendants, marked_processes, replicas, wait_for
+
+RECOVERY_WAIT_S = 120.0
+
+
+def create(stack: Stack) -> tuple[str, str]:
+    """A new counter session through the entry point: its id and the replica that holds it."""
+    status, headers, body = request(
+        stack.url, "POST", "/v1/sessions", {"env": "counter", "task_id": "counter-0001"}
+    )
+    assert status == 201, body
+    return body["session_id"], headers["x-gym-replica"]
+
+
+def step(stack: Stack, session_id: str) -> tuple[int, dict[str, str], Any]:
+    return request(stack.url, "POST", f"/v1/sessions/{session_id}/step", tool_call("add", {"amount": 1}))
+
+
+def close(stack: Stack, session_id: str) -> None:
+    status, _, body = request(stack.url, "DELETE", f"/v1/sessions/{session_id}")
+    assert status == 204, body
+
+
+def stored(stack: Stack, session_id: str, status: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def has_status() -> bool:
+        code, body = get(stack.url, f"/v1/rollouts/{session_id}")
+        found.update(body or {})
+        return code == 200 and body["status"] == status
+
+    wait_for(has_status, 30, f"{session_id} stored {status}")
+    return found
+
+
+def session_on(stack: Stack, name: str | None = None) -> tuple[str, str]:
+    """A new session, on replica `name` when given (others created on the way are closed)."""
+    for _ in range(20):
+        session_id, replica = create(stack)
+        if name is None or replica == name:
+            return session_id, replica
+        close(stack, session_id)
+    raise AssertionError(f"no session landed on {name}")
+
+
+def test_sessions_spread_by_load_and_stay_on_their_replica(stack: Stack) -> None:
+    sessions = [create(stack) for _ in range(4)]
+    holders = {replica for _, replica in sessions}
+    assert len(holders) == 2, sessions  # least loaded first: two each, not all on one
+    for session_id, replica in sessions:
+        for _ in range(2):
+            status, headers, body = step(stack, session_id)
+            assert status == 200, body
+            assert headers["x-gym-replica"] == replica
+        close(stack, session_id)
+        record = stored(stack, session_id, "abandoned")
+        assert record["server_name"] == replica
+    nodes = {entry["node_id"] for entry in replicas(stack)["replicas"]}
+    assert len(nodes) == 2  # spread over the two worker nodes
+
+
+def test_replicas_scale_up_with_live_sessions_and_back_down(stack: Stack) -> None:
+    sessions = [create(stack)[0] for _ in range(6)]  # 6 live > 2 per replica x 2 replicas
+    wait_for(lambda: len(replicas(stack)["replicas"]) == 3, RECOVERY_WAIT_S, "a third replica")
+    for session_id in sessions:
+        close(stack, session_id)
+    wait_for(lambda: len(replicas(stack)["replicas"]) == 2, RECOVERY_WAIT_S, "back to two replicas")
+
+
+def _assert_lost_and_replaced(stack: Stack, victim: str, live_id: str, closed_id: str) -> None:
+    answers: list[tuple[int, Any]] = []
+
+    def gone() -> bool:
+        status, headers, body = step(stack, live_id)
+        answers.append((status, body))
+        if status == 503:  # not yet known dead: the client is told when to retry
+            assert headers["retry-after"] == "1"
+        return status == 410
+
+    wait_for(gone, RECOVERY_WAIT_S, f"410 for {live_id} after {victim} died")
+    _, body = answers[-1]
+    assert body["type"] == "urn:gym-server:problem:session-lost", body
+    assert body["rollout"] == f"/v1/rollouts/{live_id}"
+    assert victim in body["detail"]
+    lost = stored(stack, live_id, "lost")
+    assert lost["server_name"] == victim
+    status, state = get(stack.url, f"/v1/sessions/{live_id}")  # reading it back still works
+    assert status == 200 and state["status"] == "lost", state
+    assert stored(stack, closed_id, "abandoned")["server_name"] == victim  # acknowledged: intact
+    new_id, holder = create(stack)
+    assert holder != victim
+    close(stack, new_id)
+    wait_for(
+        lambda: len(replicas(stack)["replicas"]) == 2 and victim in replicas(stack)["dead"],
+        RECOVERY_WAIT_S,
+        f"{victim} replaced",
+    )
+
+
+def test_a_killed_replica_process_loses_only_its_live_sessions(stack: Stack) -> None:
+    victim = replicas(stack)["replicas"][0]
+    closed_id, _ = session_on(stack, victim["name"])
+    step(stack, closed_id)
+    close(stack, closed_id)
+    live_id, _ = session_on(stack, victim["name"])
+    assert step(stack, live_id)[0] == 200
+    sandboxed_id = _sandboxed_session_on(stack, victim["name"])
+    sandboxes = descendants(victim["pid"])
+    assert sandboxes, "the python_repl session's sandbox runs under the replica"
+    os.kill(victim["pid"], signal.SIGKILL)
+    _assert_lost_and_replaced(stack, victim["name"], live_id, closed_id)
+    assert stored(stack, sandboxed_id, "lost")["server_name"] == victim["name"]
+    wait_for(lambda: not any(_alive(pid) for pid in sandboxes), 30, "the dead replica's sandboxes gone")
+
+
+def _sandboxed_session_on(stack: Stack, name: str) -> str:
+    """A python_repl session on replica `name` whose interpreter (a bubblewrap sandbox) is running."""
+    for _ in range(20):
+        status, headers, body = request(
+            stack.url, "POST", "/v1/sessions", {"env": "python_repl", "task_id": "python_repl-0001"}
+        )
+        assert status == 201, body
+        session_id = body["session_id"]
+        if headers["x-gym-replica"] == name:
+            ran = request(
+                stack.url,
+                "POST",
+                f"/v1/sessions/{session_id}/step",
+                tool_call("run_python", {"code": "print(6*7)"}),
+            )
+            assert ran[0] == 200 and "42" in str(ran[2]["messages"]), ran
+            return str(session_id)
+        close(stack, session_id)
+    raise AssertionError(f"no python_repl session landed on {name}")
+
+
+def test_a_killed_node_loses_its_replicas_sessions_and_is_survived(stack: Stack) -> None:
+    victim = replicas(stack)["replicas"][0]
+    closed_id, _ = session_on(stack, victim["name"])
+    close(stack, closed_id)
+    live_id, _ = session_on(stack, victim["name"])
+    assert step(stack, live_id)[0] == 200
+    stack.cluster.add_node()  # room for the replacement once the victim's node is gone
+    stack.cluster.kill_node(victim["node_id"])
+    _assert_lost_and_replaced(stack, victim["name"], live_id, closed_id)
+    time.sleep(1)
+    assert not _alive(victim["pid"])  # the node's replica went with it
+
+
+def test_nothing_outlives_the_run(stack: Stack) -> None:
+    """Last: stop the entry point and the cluster, then no marked process may remain."""
+    stack.gym.send_signal(signal.SIGTERM)
+    assert stack.gym.wait(90) == 0
+    stack.cluster.shutdown()
+    wait_for(lambda: not marked_processes(stack.marker), 60, "no process of the run left")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
