@@ -39,7 +39,7 @@ async def installed_backend(kind: str) -> AsyncIterator[SandboxBackend]:
     except SandboxUnavailable as exc:
         await backend.aclose()
         pytest.skip(f"{kind} backend unavailable: {exc.detail}")
-    pool = SandboxPool(backend, size=0)
+    pool = SandboxPool(backend, size=1)
     runtime.install(backend, pool)
     try:
         yield backend
