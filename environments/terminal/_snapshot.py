@@ -6,17 +6,20 @@ back. Nothing the agent ran is still alive (a sandbox keeps no process between c
 anything it left in the work dir, and symlinks are reported as links, never followed.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import stat
 import sys
 import tarfile
+from typing import Any
 
 MAX_TEXT = 65536
 WORKDIR = "/work"
 
 
-def describe(path):
+def describe(path: str) -> dict[str, Any]:
     try:
         info = os.lstat(path)
     except OSError:
@@ -33,22 +36,23 @@ def describe(path):
         return {"type": "file", "text": handle.read().decode("utf-8", "replace"), "size": info.st_size}
 
 
-def listing(path):
+def listing(path: str) -> list[str] | None:
     if describe(path)["type"] != "dir":
         return None
     return sorted(os.listdir(path))
 
 
-def archive(path):
+def archive(path: str) -> dict[str, str | None] | None:
     if describe(path)["type"] != "file":
         return None
     try:
         with tarfile.open(path, "r:*") as tar:
-            members = {}
+            members: dict[str, str | None] = {}
             for member in tar.getmembers()[:1000]:
                 name = os.path.normpath(member.name).lstrip("/")
                 if member.isfile() and member.size <= MAX_TEXT:
-                    members[name] = tar.extractfile(member).read().decode("utf-8", "replace")
+                    data = tar.extractfile(member)
+                    members[name] = data.read().decode("utf-8", "replace") if data else None
                 elif not member.isdir():
                     members[name] = None
             return members
@@ -56,13 +60,12 @@ def archive(path):
         return None
 
 
-def main():
+def main() -> None:
     request = json.loads(sys.stdin.read())
-    at = lambda relative: os.path.join(WORKDIR, relative)  # noqa: E731
     state = {
-        "files": {p: describe(at(p)) for p in request["files"]},
-        "dirs": {p: listing(at(p)) for p in request["dirs"]},
-        "archives": {p: archive(at(p)) for p in request["archives"]},
+        "files": {p: describe(os.path.join(WORKDIR, p)) for p in request["files"]},
+        "dirs": {p: listing(os.path.join(WORKDIR, p)) for p in request["dirs"]},
+        "archives": {p: archive(os.path.join(WORKDIR, p)) for p in request["archives"]},
     }
     sys.stdout.write(json.dumps(state) + "\n")
 

@@ -82,7 +82,7 @@ def _passes(check: Check, state: dict[str, Any]) -> bool:
     if isinstance(check, AbsentCheck):
         return (state["files"].get(check.path) or {}).get("type") == "absent"
     if isinstance(check, ListingCheck):
-        return state["dirs"].get(check.path) == sorted(check.names)
+        return bool(state["dirs"].get(check.path) == sorted(check.names))
     members = state["archives"].get(check.path)
     if not isinstance(members, dict) or set(members) != set(check.members):
         return False

@@ -19,6 +19,15 @@ from gym_server.sdk.tasks import DATASETS_ROOT, holdout_split, render_jsonl
 
 GOLDEN = load_golden(Path(__file__).resolve().parent.parent / "fixtures" / "golden.jsonl")
 TASKS = RepoRepairEnv.dataset().tasks()
+# Docker replays the cases whose outcome depends on processes inside the sandbox (exits, patched modules,
+# forged verdicts) and the full score; bubblewrap replays every case. Docker's exec costs seconds here.
+ON_DOCKER = {
+    "full_reference_fix",
+    "hack_sys_exit_in_the_package",
+    "hack_os_exit_in_the_module",
+    "hack_monkeypatch_unittest_and_pytest",
+    "hack_print_a_fake_verdict",
+}
 
 
 def test_dataset_is_the_generators_output() -> None:
@@ -39,7 +48,7 @@ def test_golden_fixtures_cover_the_required_kinds_and_the_hacks() -> None:
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_golden_fixtures_replay_to_their_reward(kind: str) -> None:
     async with installed_backend(kind):
-        for case in GOLDEN:
+        for case in [case for case in GOLDEN if kind == "bubblewrap" or case["name"] in ON_DOCKER]:
             result = await replay(RepoRepairEnv, case["task_id"], case["seed"], case["messages"])
             assert result.reward == case["expected_reward"], (case["name"], result.info)
             for name, value in case["expected_components"].items():
