@@ -20,6 +20,9 @@ from gym_server.sdk.tasks import DATASETS_ROOT, holdout_split, render_jsonl
 
 GOLDEN = load_golden(Path(__file__).resolve().parent.parent / "fixtures" / "golden.jsonl")
 TASKS = TerminalEnv.dataset().tasks()
+# Docker replays a subset (a start costs seconds there): the full score, the symlink and the hedge;
+# bubblewrap replays every case, twice for the first (determinism).
+ON_DOCKER = {"full_reference_solution", "zero_symlink_instead_of_file", "hedged_several_numbers"}
 
 
 def test_dataset_is_the_generators_output() -> None:
@@ -40,15 +43,18 @@ def test_golden_fixtures_cover_the_required_kinds() -> None:
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_golden_fixtures_replay_to_their_reward(kind: str) -> None:
     async with installed_backend(kind):
-        for case in GOLDEN:
-            result = await replay(TerminalEnv, case["task_id"], case["seed"], case["messages"])
+        results = {}
+        for case in [case for case in GOLDEN if kind == "bubblewrap" or case["name"] in ON_DOCKER]:
+            result = results[case["name"]] = await replay(
+                TerminalEnv, case["task_id"], case["seed"], case["messages"]
+            )
             assert result.reward == case["expected_reward"], (case["name"], result.info)
             for name, value in case["expected_components"].items():
                 assert result.components[name] == pytest.approx(value), case["name"]
             assert result.failure is None
-        again = await replay(TerminalEnv, GOLDEN[0]["task_id"], 0, GOLDEN[0]["messages"])
-        first = await replay(TerminalEnv, GOLDEN[0]["task_id"], 0, GOLDEN[0]["messages"])
-        assert again == first
+        if kind == "bubblewrap":
+            again = await replay(TerminalEnv, GOLDEN[0]["task_id"], 0, GOLDEN[0]["messages"])
+            assert again == results[GOLDEN[0]["name"]]
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
