@@ -6,11 +6,12 @@ so a long episode is never re-validated turn after turn (the hot path pays for o
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["FunctionCall", "Message", "ToolCall", "check_text", "tool_message"]
+__all__ = ["FunctionCall", "Message", "ToolCall", "check_text", "tool_call_message", "tool_message"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -80,3 +81,9 @@ class Message(BaseModel):
 def tool_message(call_id: str, name: str, content: str) -> dict[str, Any]:
     """A tool reply in transcript form."""
     return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
+def tool_call_message(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """An assistant message making one tool call, as scripted policies and reference solutions send it."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
