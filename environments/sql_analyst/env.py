@@ -34,6 +34,7 @@ __all__ = ["SqlAnalystEnv", "SqlAnswer"]
 
 MAX_SHOWN = 50
 MAX_ANSWER_ROWS = 1000
+_COMPONENTS = ("columns", "rows", "result_match")  # the same keys on every result, for batch statistics
 Query = Annotated[str, Field(min_length=1, max_length=5000)]
 
 SYSTEM_PROMPT = (
@@ -164,7 +165,7 @@ class SqlAnalystEnv(Environment):
             failure = FailureClass.SANDBOX_ERROR.value if self.sandbox_failed else None
             return VerifyResult(
                 reward=0.0,
-                components={"result_match": 0.0},
+                components=dict.fromkeys(_COMPONENTS, 0.0),
                 info={**info, "explanation": why},
                 failure=failure,
             )
