@@ -228,7 +228,7 @@ class JudgeSettings(BaseModel):
     url: str = Field("", description="OpenAI-compatible API root of the judge, e.g. http://127.0.0.1:8001/v1")
     model: str = Field("", description="the model name the judge endpoint serves")
     api_key: SecretStr | None = Field(None, description="sent as a bearer token when set")
-    timeout_s: float = Field(60.0, gt=0, description="per request, connect to last byte")
+    timeout_s: float = Field(15.0, gt=0, description="per request, connect to last byte")
     max_attempts: int = Field(3, ge=1, le=10, description="attempts before a judgement is judge_failed")
     max_tokens: int = Field(256, ge=16, le=8192, description="the judge's completion budget")
     json_mode: bool = Field(False, description="ask for response_format json_object (servers that have it)")
@@ -274,6 +274,14 @@ class Settings(BaseSettings):
             self.server_name = f"{socket.gethostname()}:{self.port}"
         if self.database_url and not self.store.url:
             self.store = self.store.model_copy(update={"url": self.database_url})
+        # A judge slower than the verifier's limit would turn every judge outage into verify_timeout
+        # (a misleading class) instead of judge_failed.
+        judging_s = self.judge.timeout_s * self.judge.max_attempts
+        if self.judge.url and judging_s >= self.limits.verify_timeout_s:
+            raise ValueError(
+                f"GYM_JUDGE__TIMEOUT_S x GYM_JUDGE__MAX_ATTEMPTS ({judging_s:g} s) must stay below "
+                f"GYM_LIMITS__VERIFY_TIMEOUT_S ({self.limits.verify_timeout_s:g} s)"
+            )
         return self
 
 
