@@ -20,7 +20,7 @@ import orjson
 import pytest
 from conftest import make_settings
 from fastapi import FastAPI, Request
-from prometheus_client.parser import text_string_to_metric_families
+from gymtest import judge_samples
 
 from gym_server.app import create_app
 from gym_server.environments.inbox.env import InboxEnv
@@ -33,15 +33,6 @@ def _answer(text: str, ids: list[str]) -> dict[str, Any]:
     arguments = orjson.dumps({"text": text, "message_ids": ids}).decode()
     call = {"id": "call_1", "type": "function", "function": {"name": "answer", "arguments": arguments}}
     return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-
-def _judge_samples(text: str, model: str) -> dict[str, float]:
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name.startswith("gym_judge_") and sample.labels.get("model") == model
-    }
 
 
 async def _episode(gym: httpx.AsyncClient, message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -81,7 +72,7 @@ async def test_the_policy_server_as_judge_fails_cleanly_into_judge_failed(
                 break
             await asyncio.sleep(0.05)
         assert stored["failure"] == "judge_failed"  # kept out of training: trainers drop failures
-        samples = _judge_samples((await gym.get("/metrics")).text, "tiny")
+        samples = judge_samples((await gym.get("/metrics")).text, "tiny")
     assert samples["gym_judge_failed_total"] >= 1 and samples["gym_judge_requests_total"] >= 2
     assert samples["gym_judge_parse_errors_total"] >= 2 and samples["gym_judge_request_seconds_total"] > 0
 
