@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gym_server.environments.game_2048 import board as board_module
 from gym_server.environments.game_2048.board import (
@@ -54,9 +54,12 @@ class GameSpec(BaseModel):
     max_moves: int = Field(ge=1, le=5000)
     level: int = Field(0, ge=0)
 
-    def model_post_init(self, _context: Any) -> None:
-        if self.target & (self.target - 1):
-            raise ValueError(f"target must be a power of two, got {self.target}")
+    @field_validator("target")
+    @classmethod
+    def _power_of_two(cls, target: int) -> int:
+        if target & (target - 1):
+            raise ValueError(f"target must be a power of two, got {target}")
+        return target
 
 
 def progress(start_tile: int, reached: int, target: int) -> float:

@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gym_server.environments.inbox import mailbox as mailbox_module
 from gym_server.environments.inbox import questions as questions_module
@@ -53,9 +53,12 @@ class MailboxSpec(BaseModel):
     family: str
     size: int = Field(2000, ge=10, le=5000)
 
-    def model_post_init(self, _context: Any) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, family: str) -> str:
+        if family not in FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+        return family
 
 
 class InboxEnv(Environment):
