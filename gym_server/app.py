@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from gym_server import __version__
+from gym_server import __version__, judging
 from gym_server.api.errors import install_error_handlers
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.media_type import JsonBodyMiddleware
@@ -67,6 +67,8 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 log.error("cannot start: %s", exc.detail)
                 raise
             stack.push_async_callback(sandbox_runtime.shutdown)
+            await judging.start(settings)
+            stack.push_async_callback(judging.shutdown)
             store = TrajectoryStore(
                 settings.store.resolved_url(),
                 flush_interval_s=settings.store.flush_interval_s,

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gym_server.egress import DEFAULT_POLICY_URLS, parse_prefix
@@ -21,6 +21,7 @@ __all__ = [
     "AuthSettings",
     "EgressSettings",
     "HttpSettings",
+    "JudgeSettings",
     "LimitSettings",
     "QuotaSettings",
     "SandboxSettings",
@@ -217,6 +218,30 @@ class AuthSettings(BaseModel):
     quotas: QuotaSettings = QuotaSettings()
 
 
+class JudgeSettings(BaseModel):
+    """The LLM judge environments score with when they declare a rubric (`gym_server.judging`).
+
+    Unset (`url` empty), judged environments fall back to their rule-based scoring, each documented in
+    its README. The URL is the operator's: the server calls no judge a request names.
+    """
+
+    url: str = Field("", description="OpenAI-compatible API root of the judge, e.g. http://127.0.0.1:8001/v1")
+    model: str = Field("", description="the model name the judge endpoint serves")
+    api_key: SecretStr | None = Field(None, description="sent as a bearer token when set")
+    timeout_s: float = Field(15.0, gt=0, description="per request, connect to last byte")
+    max_attempts: int = Field(3, ge=1, le=10, description="attempts before a judgement is judge_failed")
+    max_tokens: int = Field(256, ge=16, le=8192, description="the judge's completion budget")
+    json_mode: bool = Field(False, description="ask for response_format json_object (servers that have it)")
+
+    @model_validator(mode="after")
+    def _model_with_url(self) -> JudgeSettings:
+        if self.url and not self.model:
+            raise ValueError("GYM_JUDGE__MODEL must name the judge model when GYM_JUDGE__URL is set")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"GYM_JUDGE__URL must be an http(s) URL, got {self.url!r}")
+        return self
+
+
 class Settings(BaseSettings):
     """Everything the server can be told. See the configuration table in the README."""
 
@@ -239,6 +264,7 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     sandbox: SandboxSettings = SandboxSettings()
     auth: AuthSettings = AuthSettings()
+    judge: JudgeSettings = JudgeSettings()
 
     @model_validator(mode="after")
     def _defaults_from_other_fields(self) -> Settings:
@@ -248,6 +274,14 @@ class Settings(BaseSettings):
             self.server_name = f"{socket.gethostname()}:{self.port}"
         if self.database_url and not self.store.url:
             self.store = self.store.model_copy(update={"url": self.database_url})
+        # A judge slower than the verifier's limit would turn every judge outage into verify_timeout
+        # (a misleading class) instead of judge_failed.
+        judging_s = self.judge.timeout_s * self.judge.max_attempts
+        if self.judge.url and judging_s >= self.limits.verify_timeout_s:
+            raise ValueError(
+                f"GYM_JUDGE__TIMEOUT_S x GYM_JUDGE__MAX_ATTEMPTS ({judging_s:g} s) must stay below "
+                f"GYM_LIMITS__VERIFY_TIMEOUT_S ({self.limits.verify_timeout_s:g} s)"
+            )
         return self
 
 

@@ -147,3 +147,15 @@ async def wait_for_rollout(
         timeout_s,
     )
     return dict(response.json())
+
+
+def judge_samples(metrics_text: str, model: str) -> dict[str, float]:
+    """The `gym_judge_*` samples of one judge model in a `/metrics` scrape, by sample name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(metrics_text)
+        for sample in family.samples
+        if sample.name.startswith("gym_judge_") and sample.labels.get("model") == model
+    }

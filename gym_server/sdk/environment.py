@@ -83,6 +83,8 @@ class Environment:
         egress: `host:port` entries the environment's sandboxes may reach through the gym's filtering
             proxy (`session_sandbox(..., egress=self.egress)`); empty (the default): no network at all.
             A non-public address (loopback, private, link-local) must be listed as that exact address.
+        judge_rubric: the criteria an LLM judge scores this environment's answers by when the operator
+            configured one (`GYM_JUDGE__URL`; `gym_server.judging.judge_response`); None: never judged.
     """
 
     name: ClassVar[str] = ""
@@ -96,6 +98,7 @@ class Environment:
     native_task_form: ClassVar[str | None] = None
     tool_specs: ClassVar[dict[str, ToolSpec]] = {}
     egress: ClassVar[tuple[str, ...]] = ()
+    judge_rubric: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

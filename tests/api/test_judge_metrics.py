@@ -7,19 +7,10 @@ from pathlib import Path
 
 import httpx
 from conftest import make_settings
-from prometheus_client.parser import text_string_to_metric_families
+from gymtest import judge_samples
 
 from gym_server.app import create_app
 from gym_server.verifiers.judge import JUDGE_FAILED, JudgeConfig, LLMJudge
-
-
-def judge_samples(text: str, model: str) -> dict[str, float]:
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name.startswith("gym_judge_") and sample.labels.get("model") == model
-    }
 
 
 async def test_metrics_export_judge_failures_retries_and_latency(tmp_path: Path) -> None:

@@ -1,0 +1,1 @@
+"""The `inbox` environment: answer questions from a generated mailbox, citing message ids (ART·E-style)."""
