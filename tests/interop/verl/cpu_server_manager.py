@@ -46,7 +46,7 @@ class CpuServerManager:
         forced: list[int] | None = None
         if self.script is not None:
             text = self.script(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
-            forced = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            forced = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
         generator = torch.Generator().manual_seed(zlib.crc32(f"{request_id}:{len(prompt_ids)}".encode()))
         sequence, out, logprobs = list(prompt_ids), [], []
         with torch.no_grad():

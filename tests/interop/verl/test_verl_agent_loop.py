@@ -59,7 +59,13 @@ def spans(mask: list[int]) -> list[tuple[int, int, int]]:
 
 
 async def play(loop: Any, info: dict[str, Any], temperature: float = 1.0) -> AgentLoopOutput:
-    params = {"temperature": temperature, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    params = {
+        "temperature": temperature,
+        "top_p": 1.0,
+        "top_k": -1,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
     return await loop.run(params, raw_prompt=[{"role": "user", "content": "play"}], extra_info=info)
 
 
@@ -114,7 +120,9 @@ async def test_free_sampling_keeps_mask_and_logprobs_aligned(
     assert sum(output.response_mask) == sum(len(call["token_ids"]) for call in server.calls)
     expected = model_logprobs(model, output.prompt_ids + output.response_ids, len(output.prompt_ids))
     got = [lp for lp, m in zip(output.response_logprobs or [], output.response_mask, strict=True) if m]
-    assert got == pytest.approx([e for e, m in zip(expected, output.response_mask, strict=True) if m], abs=1e-4)
+    assert got == pytest.approx(
+        [e for e, m in zip(expected, output.response_mask, strict=True) if m], abs=1e-4
+    )
 
 
 async def test_a_gym_killed_mid_episode_gives_no_signal_and_the_batch_goes_on(
@@ -129,7 +137,9 @@ async def test_a_gym_killed_mid_episode_gives_no_signal_and_the_batch_goes_on(
             doomed.process.wait()
         return counter_script(text)
 
-    dying = agent_loop(CpuServerManager(model, tokenizer, script=kill_after_first_turn), tokenizer, doomed.url)
+    dying = agent_loop(
+        CpuServerManager(model, tokenizer, script=kill_after_first_turn), tokenizer, doomed.url
+    )
     healthy = agent_loop(CpuServerManager(model, tokenizer, script=counter_script), tokenizer, gym.url)
     lost, scored = await asyncio.gather(play(dying, COUNTER), play(healthy, COUNTER))
 
