@@ -5,7 +5,6 @@ place of verl's GPU-only server manager), against real `gym-server serve` proces
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -186,12 +185,3 @@ async def test_a_tokenizer_that_is_not_the_served_models_is_a_clear_error(
     loop = agent_loop(served, tokenizer, gym.url, max_tokens_per_turn=4)
     with pytest.raises(TokenizerMismatch, match=r"outside the tokenizer's vocabulary of 291"):
         await play(loop, COUNTER)
-
-
-def test_the_example_config_registers_the_loop_by_name() -> None:
-    from conftest import AGENT_LOOP_YAML
-    from omegaconf import OmegaConf
-
-    (entry,) = OmegaConf.load(AGENT_LOOP_YAML)
-    assert entry.name == "gym_agent"
-    assert json.dumps(OmegaConf.to_container(entry, resolve=False))
