@@ -31,6 +31,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "gguf": "trl",
     "matplotlib": "trl",
     "mcp": "mcp",
+    "cachetools": "verl",
 }
 
 
