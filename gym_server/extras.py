@@ -32,6 +32,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "matplotlib": "trl",
     "mcp": "mcp",
     "ray": "ray",
+    "cachetools": "verl",
 }
 
 
