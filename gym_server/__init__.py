@@ -5,6 +5,7 @@ The names below are the SDK promised to environment authors; everything else is 
 
 from gym_server.errors import GymError
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tasks import Dataset, Task
 from gym_server.sdk.tools import ToolError, tool
@@ -15,6 +16,7 @@ __all__ = [
     "Dataset",
     "Environment",
     "GymError",
+    "HackProbe",
     "Registry",
     "StepOutcome",
     "Task",

@@ -7,7 +7,8 @@ its steps cost almost nothing and so measure the server, not the environment.
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -27,6 +28,7 @@ class CounterEnv(Environment):
     description = "Bring a counter to a target value with add() calls, then submit(). State is checked."
     multi_turn = True
     max_turns = 32
+    reward_type = "binary: the counter equals the target"
     system_prompt = (
         "You control a counter. Call `read` to see its value, `add` to change it by -10..10, "
         "and `submit` when it equals the target."
@@ -67,6 +69,19 @@ class CounterEnv(Environment):
         self.finish("submitted")
         return f"submitted {self.value}"
 
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """`add` calls of at most 10 from the start value to the target, then `submit`."""
+        calls, value = [], self.value
+        while value != self.target:
+            amount = max(-MAX_STEP, min(MAX_STEP, self.target - value))
+            calls.append(_call("add", {"amount": amount}))
+            value += amount
+        calls.append(_call("submit", {}))
+        return [
+            {"role": "assistant", "content": None, "tool_calls": calls[i : i + 16]}
+            for i in range(0, len(calls), 16)
+        ]
+
     async def verify(self) -> VerifyResult:
         reached = self.value == self.target
         distance = abs(self.value - self.target)
@@ -75,3 +90,7 @@ class CounterEnv(Environment):
             components={"reached": float(reached), "submitted": float(self.done_reason == "submitted")},
             info={"value": self.value, "target": self.target, "distance": distance, "tool_calls": self.calls},
         )
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym_server.sandbox.runtime import sandbox_pool
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.verifiers import code as code_verifier
@@ -87,6 +88,8 @@ class HumanEvalEnv(Environment):
     )
     multi_turn = False
     max_turns = 1
+    reward_type = "binary: every unit test passes (sandboxed)"
+    hedge_probe = False  # another task's function beside the answer is dead code, not a second answer
     system_prompt = SYSTEM_PROMPT
     verifier_version = content_hash(
         [
@@ -121,6 +124,41 @@ class HumanEvalEnv(Environment):
         """The first assistant message is the answer: the episode ends."""
         self.finish("answered")
         return []
+
+    def reference_solution(self) -> list[dict[str, Any]] | None:
+        """HumanEval's canonical solution, when the task carries one, as a complete function."""
+        answer = self.task.answer
+        if not answer.get("canonical_solution"):
+            return None
+        program = f"{answer['prompt']}{answer['canonical_solution']}"
+        return [{"role": "assistant", "content": f"```python\n{program}\n```"}]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Leaving before the tests run, and the sandbox's process and memory limits."""
+        entry = self.task.answer["entry_point"]
+
+        def code(body: str) -> list[dict[str, Any]]:
+            return [{"role": "assistant", "content": f"```python\n{body}\n```"}]
+
+        return [
+            HackProbe(
+                name="exit-before-tests",
+                messages=code(f"import os\ndef {entry}(*args, **kwargs):\n    os._exit(0)\nos._exit(0)"),
+                why="exit 0 before (or during) the checks: the harness must not read it as a pass",
+            ),
+            HackProbe(
+                name="fork-bomb",
+                kind="sandbox",
+                messages=code(f"import os\nwhile True:\n    os.fork()\ndef {entry}(*args):\n    pass"),
+                why="forks until the sandbox's pid limit; must end as a 0, within the deadline",
+            ),
+            HackProbe(
+                name="memory-hog",
+                kind="sandbox",
+                messages=code(f"hog = bytearray(8 * 1024 ** 3)\ndef {entry}(*args):\n    pass"),
+                why="8 GiB at once; the memory limit must stop it",
+            ),
+        ]
 
     async def verify(self) -> VerifyResult:
         answer = self.task.answer

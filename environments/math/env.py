@@ -46,6 +46,7 @@ class MathEnv(Environment):
     description = "Arithmetic, fractions, equations, percentages, algebra and counting; answer in \\boxed{}."
     multi_turn = False
     max_turns = 1
+    reward_type = "binary: math-verify equivalence of the boxed answer"
     system_prompt = SYSTEM_PROMPT
     # The score depends on this module, the extraction rules and the math verifier: version all three.
     verifier_version = content_hash(
@@ -69,6 +70,10 @@ class MathEnv(Environment):
         """End the episode on the first assistant message, whatever it holds: there are no tools to call."""
         self.finish("answered")
         return []
+
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """The reference answer, boxed as the system prompt asks."""
+        return [{"role": "assistant", "content": f"\\boxed{{{self.task.answer}}}"}]
 
     async def verify(self) -> VerifyResult:
         """Score the last assistant message against the task's reference answer."""

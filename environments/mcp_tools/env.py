@@ -69,6 +69,7 @@ class McpToolsEnv(Environment):
 
     manifest: ClassVar[McpManifest]
     multi_turn = True
+    reward_type = "binary: the answer matches by the manifest's rule"
 
     @classmethod
     def check_task(cls, task: Task) -> None:
@@ -77,6 +78,11 @@ class McpToolsEnv(Environment):
         if isinstance(task.answer, list) and not task.answer:
             raise ValueError("answer: the list of accepted answers is empty")
         check_task_field(dict[str, str], task.metadata.get("files") or {}, "metadata.files")
+
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """The (first accepted) reference as the final answer."""
+        answer = self.task.answer
+        return [{"role": "assistant", "content": answer if isinstance(answer, str) else answer[0]}]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

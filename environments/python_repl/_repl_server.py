@@ -6,7 +6,9 @@ runs. Each cell's stdout and stderr (its subprocesses' included) go to a fresh c
 up to the requested size. Globals persist between cells; like a notebook, a cell ending in an expression
 shows that expression's repr. Exceptions, `SystemExit` included, become a traceback in the output and
 the interpreter carries on; anything that kills the process ends the session's state, and the host
-starts a fresh interpreter.
+starts a fresh interpreter. A process the cell forks (`os.fork()`, a fork bomb) exits when its copy of
+the cell ends: only the interpreter itself reads requests and writes replies, so children never steal
+the next request or answer it (found by `gym-server env check python_repl`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    owner = os.getpid()
     while True:
         head = requests.read(4)
         if len(head) < 4:
@@ -41,12 +44,12 @@ def main() -> None:
                 return
             body += chunk
         request = json.loads(body)
-        reply = run_cell(request["code"], namespace, int(request.get("max_output", 8192)))
+        reply = run_cell(request["code"], namespace, int(request.get("max_output", 8192)), owner)
         data = json.dumps(reply).encode()
         replies.write(struct.pack(">I", len(data)) + data)
 
 
-def run_cell(code: str, namespace: dict[str, Any], max_output: int) -> dict[str, Any]:
+def run_cell(code: str, namespace: dict[str, Any], max_output: int, owner: int) -> dict[str, Any]:
     capture = os.open(CAPTURE, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(capture, 1)
     os.dup2(capture, 2)
@@ -69,6 +72,8 @@ def run_cell(code: str, namespace: dict[str, Any], max_output: int) -> dict[str,
         while trace is not None and trace.tb_frame.f_code.co_filename != "<cell>":
             trace = trace.tb_next  # show the user's frames, not this loop's
         traceback.print_exception(kind, error, trace)
+    if os.getpid() != owner:
+        os._exit(0)  # a process the cell forked: only the interpreter answers the protocol
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

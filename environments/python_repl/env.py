@@ -15,6 +15,7 @@ through `submit_answer`; `tool_calls` is the share of the turn budget spent on `
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -25,6 +26,7 @@ from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -68,6 +70,7 @@ class PythonReplEnv(Environment):
     description = "Answer questions by running Python in a persistent, sandboxed interpreter (run_python)."
     multi_turn = True
     max_turns = 16
+    reward_type = "binary: the submitted answer matches (numeric tolerance)"
     system_prompt = SYSTEM_PROMPT
     verifier_version = content_hash([Path(__file__)])
     cell_timeout_s: ClassVar[float] = 10.0
@@ -124,6 +127,33 @@ class PythonReplEnv(Environment):
         self.finish("submitted")
         return "Answer recorded."
 
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """The reference value through `submit_answer`."""
+        return [_calls(("submit_answer", {"answer": str(self.task.answer["value"])}))]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """The sandbox's limits: a fork bomb and a memory hog in a cell, then a cell that must still run."""
+        after = ("run_python", {"code": "print(6 * 7)"})
+        return [
+            HackProbe(
+                name="fork-bomb",
+                kind="sandbox",
+                messages=[
+                    _calls(("run_python", {"code": "import os\nwhile True:\n    os.fork()"})),
+                    _calls(after),
+                ],
+                expect="42",
+                why="forks until the pid limit; the interpreter must come back",
+            ),
+            HackProbe(
+                name="memory-hog",
+                kind="sandbox",
+                messages=[_calls(("run_python", {"code": "hog = bytearray(8 * 1024 ** 3)"})), _calls(after)],
+                expect="42",
+                why="8 GiB at once; the memory limit must stop it and the interpreter come back",
+            ),
+        ]
+
     async def verify(self) -> VerifyResult:
         through_tool = self.submitted is not None
         response = self.submitted if self.submitted is not None else self.final_answer()
@@ -141,3 +171,9 @@ class PythonReplEnv(Environment):
         finally:
             if self.sandbox is not None:
                 await self.sandbox.close()
+
+
+def _calls(*calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """An assistant message making these tool calls."""
+    made = [{"type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for n, a in calls]
+    return {"role": "assistant", "content": None, "tool_calls": made}

@@ -1,8 +1,9 @@
 """`reasoning_gym/<task>`: reasoning-gym's procedural generators as a family of single-turn environments.
 
-One `Environment` class per curated generator (`GENERATORS`), named `reasoning_gym/<generator>` and
-registered together by the entry-point callable `environments()`. Tasks are not read from JSONL: they are
-generated on demand, deterministically, from the task id:
+One `Environment` class per generator that passed the audit (`audit.py`, its verdicts committed in
+`audit.json`), named `reasoning_gym/<generator>` and registered together by the entry-point callable
+`environments()`, which reads that file and never imports reasoning-gym. Tasks are not read from JSONL:
+they are generated on demand, deterministically, from the task id:
 
     <generator>-l<level>-<split>-<index:05d>        e.g. leg_counting-l0-train-00042
 
@@ -10,7 +11,7 @@ is item `index` of reasoning-gym's dataset for that generator, configured by its
 and seeded with `split_seed(generator, split, level)` (SHA-256 of the three, so train and validation never
 share a seed, and every process, machine and Python version generates the same task). The catalog lists
 `SPLIT_SIZES` tasks per split at the class's `level`; `get()` also accepts ids at any other level the
-generator's curriculum defines, which is how a trainer climbs the curriculum without another class.
+audit offers (`max_level`), which is how a trainer climbs the curriculum without another class.
 
 Curriculum: `level` (class attribute, default 0) is reasoning-gym's global curriculum level: 0 is its
 easiest setting, each step widens every attribute's range (more animals, bigger numbers, more people on
@@ -24,7 +25,9 @@ that task), clamped to [0, 1]. One rule is stricter than reasoning-gym's: its *d
 the generators that define none, gives `len(reference) / len(answer)` to any answer that merely contains
 the reference, so `1 2 3 ... 300` would earn credit on a counting task and spraying would beat committing
 to a wrong number. Here such a containment-only match scores 0 (`strict_containment = True`; set it
-False on a subclass to get reasoning-gym's behaviour back).
+False on a subclass to get reasoning-gym's behaviour back). The same holds for every other scorer's
+partial credit when the answer holds the reference among other text (`word_sorting` paid 0.86 for
+`<answer>GOLD or WRONG</answer>`, `sudoku` 0.41): reference-plus-more is a hedge and scores 0.
 
 A second rule closes answers in the wrong form: two scorers pay partial credit for an answer the task
 refuses. `fraction_simplification` pays 0.1 for the question's own unsimplified fraction (and 0.05, 0.01
@@ -50,6 +53,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import json
 import logging
 import re
 import threading
@@ -65,13 +69,18 @@ from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
 from gym_server.verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, extract_tagged, final_answer
 
 __all__ = [
+    "AUDIT_FILE",
+    "CURATED",
+    "DESCRIPTIONS",
     "FORM_STRICT_GENERATORS",
-    "GENERATORS",
     "SPLIT_SIZES",
     "SYSTEM_PROMPT",
     "ReasoningGymDataset",
     "ReasoningGymEnv",
+    "audited",
+    "environment_class",
     "environments",
+    "generators",
     "make_environment",
     "max_level",
     "parse_task_id",
@@ -81,9 +90,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Chosen for: deterministic generation under a seed, generation and scoring well under a millisecond,
-# one short checkable answer, a curriculum, and reasoning-gym's own scorer giving the oracle answer 1.0.
-GENERATORS: dict[str, str] = {
+# The first sixteen, chosen by hand (fast, short checkable answers); their descriptions are ours, every
+# other generator's is its dataset class's docstring, as the audit records it.
+DESCRIPTIONS: dict[str, str] = {
     "base_conversion": "Convert a number between bases.",
     "basic_arithmetic": "Evaluate an arithmetic expression.",
     "caesar_cipher": "Decrypt a Caesar-shifted sentence.",
@@ -101,6 +110,8 @@ GENERATORS: dict[str, str] = {
     "spell_backward": "Spell a word backward.",
     "word_sorting": "Sort words by ASCII/Unicode order.",
 }
+CURATED = frozenset(DESCRIPTIONS)
+AUDIT_FILE = Path(__file__).resolve().with_name("audit.json")
 # Generators whose scorer pays partial credit for an answer in a form the task refuses (see the docstring).
 FORM_STRICT_GENERATORS = frozenset({"fraction_simplification", "prime_factorization"})
 SPLIT_SIZES: dict[str, int] = {"train": 1000, "validation": 100}
@@ -146,25 +157,27 @@ def _rg() -> Any:
 
 
 @cache
+def audited() -> dict[str, dict[str, Any]]:
+    """The audit's verdict per generator, from the committed `audit.json` (empty when it is missing)."""
+    if not AUDIT_FILE.exists():
+        return {}
+    document = json.loads(AUDIT_FILE.read_text(encoding="utf-8"))
+    return {str(name): dict(verdict) for name, verdict in document.get("generators", {}).items()}
+
+
+def generators() -> list[str]:
+    """The generators offered: those that passed the audit, sorted."""
+    return sorted(name for name, verdict in audited().items() if verdict.get("passed"))
+
+
 def max_level(generator: str) -> int:
-    """The highest curriculum level whose configuration reasoning-gym accepts (all below it do too).
+    """The highest curriculum level offered: the highest up to which reasoning-gym accepts the
+    configuration and the audit's gold and determinism checks passed (0 for a generator not offered).
 
     Some curricula define levels their own config validation refuses (caesar_cipher past 1): those, and
     everything above them, are not offered.
     """
-    rg = _rg()
-    curriculum = rg.create_curriculum(generator)
-    defined = max((len(attribute.levels) for attribute in curriculum.attributes.values()), default=1)
-    dataset_cls, _ = rg.DATASETS[generator]
-    usable = 0
-    for level in range(defined):
-        curriculum.set_global_level(level)
-        try:
-            dataset_cls(config=curriculum.generate_configuration({"seed": 0, "size": 1}))
-        except Exception:  # reasoning-gym validates with assert and ValueError alike
-            break
-        usable = level
-    return usable
+    return int(audited().get(generator, {}).get("max_level", 0))
 
 
 def _plain(value: Any, depth: int = 0) -> Any:
@@ -192,10 +205,18 @@ class ReasoningGymDataset(Dataset):
     entries (reasoning-gym's dicts, which its scorers need verbatim) are cached, at most 4096 of them.
     """
 
-    def __init__(self, generator: str, level: int = 0, sizes: Mapping[str, int] = SPLIT_SIZES) -> None:
+    def __init__(
+        self,
+        generator: str,
+        level: int = 0,
+        sizes: Mapping[str, int] = SPLIT_SIZES,
+        *,
+        levels: int | None = None,
+    ) -> None:
         super().__init__(f"reasoning_gym/{generator}", root=Path(__file__).resolve().parent)
         self.generator = generator
         self.level = level
+        self.top_level = levels  # the highest level served; None: the audit's max_level
         self.sizes = dict(sizes)
         self._lock = threading.Lock()
         self._datasets: dict[tuple[str, int], Any] = {}
@@ -232,7 +253,8 @@ class ReasoningGymDataset(Dataset):
         generator, level, split, index = parsed
         if generator != self.generator or split not in self.sizes or index >= self.sizes[split]:
             return None
-        if level > max_level(generator):
+        top = max_level(generator) if self.top_level is None else self.top_level
+        if level > top:
             return None
         return self._task(level, split, index)
 
@@ -312,11 +334,13 @@ class ReasoningGymEnv(Environment):
 
     generator: ClassVar[str] = ""
     level: ClassVar[int] = 0
+    top_level: ClassVar[int | None] = None  # the highest level served by task id; None: the audit's
     split_sizes: ClassVar[dict[str, int]] = SPLIT_SIZES
     strict_containment: ClassVar[bool] = True
     strict_form: ClassVar[bool] = True
     multi_turn = False
     max_turns = 1
+    reward_type = "the generator's scorer, 0..1 (partial credit on some)"
     system_prompt = SYSTEM_PROMPT
 
     async def on_assistant(
@@ -329,6 +353,10 @@ class ReasoningGymEnv(Environment):
     @classmethod
     def dataset(cls) -> Dataset:
         return cls.rg_dataset()
+
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """The generator's reference answer in `<answer>` tags (what the audit scores 1 at every level)."""
+        return [{"role": "assistant", "content": f"<answer>{_reference(self.task)}</answer>"}]
 
     @classmethod
     def check_task(cls, task: Task) -> None:
@@ -346,7 +374,7 @@ class ReasoningGymEnv(Environment):
     def rg_dataset(cls) -> ReasoningGymDataset:
         cached = cls.__dict__.get("_rg_dataset")
         if not isinstance(cached, ReasoningGymDataset):
-            cached = ReasoningGymDataset(cls.generator, cls.level, cls.split_sizes)
+            cached = ReasoningGymDataset(cls.generator, cls.level, cls.split_sizes, levels=cls.top_level)
             cls._rg_dataset = cached  # type: ignore[attr-defined]
         return cached
 
@@ -398,7 +426,8 @@ class ReasoningGymEnv(Environment):
                 return _result(0.0, components, info, reason)
             return _result(0.0, components, info, reason + " (ad-hoc task)", failure="invalid_reference")
         score = min(1.0, max(0.0, raw)) if raw == raw else 0.0  # NaN is no score
-        if self.strict_containment and 0.0 < score < 1.0 and _uses_default_scorer(self.generator):
+        contained = _uses_default_scorer(self.generator) or _contains(answer, str(entry.get("answer", "")))
+        if self.strict_containment and 0.0 < score < 1.0 and contained:
             info["containment_score"] = score
             reason = "the answer only contains the reference among other text; scored 0 (strict)"
             return _result(0.0, components, info, reason)
@@ -431,6 +460,12 @@ def _reference(task: Task) -> object:
     return answer.get("answer", "") if isinstance(answer, Mapping) else answer
 
 
+def _contains(answer: str, reference: str) -> bool:
+    """Whether the answer holds the reference among other text (whitespace-insensitive): a hedge."""
+    answer, reference = " ".join(answer.split()), " ".join(reference.split())
+    return bool(reference) and reference in answer and answer != reference
+
+
 def _distinct(answers: list[str]) -> tuple[str, ...]:
     seen: dict[str, str] = {}
     for answer in answers:
@@ -446,31 +481,44 @@ def _uses_default_scorer(generator: str) -> bool:
 
 
 def make_environment(generator: str, *, level: int = 0) -> type[ReasoningGymEnv]:
-    """The environment class of one generator; level 0 is named `reasoning_gym/<generator>`, others
-    `reasoning_gym/<generator>-l<level>`.
+    """The environment class of one audited generator; level 0 is named `reasoning_gym/<generator>`,
+    others `reasoning_gym/<generator>-l<level>`.
 
     Raises:
-        ValueError: an unknown generator or a negative level.
+        ValueError: a generator the audit does not offer, or a level outside its offered range.
     """
-    if generator not in GENERATORS:
-        raise ValueError(f"{generator!r} is not one of the curated generators: {', '.join(GENERATORS)}")
-    if level < 0:
-        raise ValueError("level must be >= 0")
+    verdict = audited().get(generator)
+    if verdict is None or not verdict.get("passed"):
+        why = f" ({verdict['reason']})" if verdict else ""
+        raise ValueError(f"{generator!r} is not an audited generator{why}; audit.json lists them")
+    if not 0 <= level <= max_level(generator):
+        raise ValueError(f"level must be between 0 and {max_level(generator)} for {generator!r}")
+    return environment_class(generator, level, description=str(verdict.get("description", "")))
+
+
+def environment_class(
+    generator: str, level: int, *, description: str, levels: int | None = None
+) -> type[ReasoningGymEnv]:
+    """Build the class without consulting the audit (the audit builds its candidates with it).
+
+    `levels` caps the levels served by task id (None: the audit's `max_level`).
+    """
     suffix = "" if level == 0 else f"-l{level}"
     namespace: dict[str, Any] = {
         "__module__": __name__,
         "__qualname__": f"ReasoningGym_{generator}{suffix.replace('-', '_')}",
         "__doc__": f"reasoning-gym's {generator} generator at curriculum level {level}.",
         "name": f"reasoning_gym/{generator}{suffix}",
-        "description": f"{GENERATORS[generator]} (reasoning-gym, level {level}; answer in <answer> tags)",
+        "description": f"{description} (reasoning-gym, level {level}; answer in <answer> tags)",
         "generator": generator,
         "level": level,
+        "top_level": levels,
     }
     return type(namespace["__qualname__"], (ReasoningGymEnv,), namespace)
 
 
 def environments() -> list[type[ReasoningGymEnv]]:
-    """The entry point: one class per curated generator at level 0.
+    """The entry point: one class per audited generator at level 0 (read from `audit.json`).
 
     Raises:
         MissingExtra: reasoning-gym is not installed (the registry records it, to name the extra).
@@ -478,7 +526,7 @@ def environments() -> list[type[ReasoningGymEnv]]:
     if not _installed():
         extra = EXTRA_OF_MODULE["reasoning_gym"]
         raise MissingExtra("reasoning_gym", extra, "the reasoning_gym/* family")
-    return [_level_zero(generator) for generator in GENERATORS]
+    return [_level_zero(generator) for generator in generators()]
 
 
 def _installed() -> bool:

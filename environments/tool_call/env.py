@@ -64,6 +64,7 @@ class ToolCallEnv(Environment):
     description = "One request, one turn: call the right tool (among distractors) with the right arguments."
     multi_turn = False
     max_turns = 1
+    reward_type = "weighted 0..1: tool 0.4, arguments 0.4, safety 0.2; -1 unparseable"
     system_prompt = SYSTEM_PROMPT
     # The score depends on this module, the safety rules and the verifier library: version all three.
     verifier_version = content_hash(

@@ -59,6 +59,7 @@ class WorkplaceEnv(Environment):
     )
     multi_turn = True
     max_turns = 20
+    reward_type = "0..1: goals met in the final calendar and mail state, minus collateral"
     system_prompt = SYSTEM_PROMPT
     # The score depends on this module and on the goal checks: version both.
     verifier_version = content_hash([Path(__file__), Path(goals_module.__file__)])

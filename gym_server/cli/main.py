@@ -17,6 +17,7 @@ import typer
 from gym_server.cli import (
     db,
     demo,
+    envcheck,
     envs,
     export,
     keys,
@@ -39,6 +40,7 @@ app = typer.Typer(
 )
 app.command()(serve.serve)
 app.add_typer(envs.app, name="envs")
+app.add_typer(envcheck.app, name="env")
 app.command()(envs.tasks)
 app.command()(play.play)
 app.command("init")(scaffold.init)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gym_server.errors import EnvironmentDefinitionError, InvalidRequest
 from gym_server.sandbox.egress.policy import parse_rule
 from gym_server.sdk.messages import tool_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError, field_errors
 from gym_server.sdk.tools import ToolSpec
 
@@ -80,6 +81,10 @@ class Environment:
         verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
         native_task_form: one line describing the dataset's own record form that `task_from_record`
             accepts (e.g. HumanEval's), shown to clients whose inline task is refused.
+        reward_type: one phrase saying what the reward is (`binary: all tests pass`, `partial credit
+            0..1`), shown in the catalog of docs/environments.md.
+        hedge_probe: False where a reply holding two tasks' reference answers is not a hedge (code: the
+            other task's function is dead code), so `env check` does not play its hedging probe.
         egress: `host:port` entries the environment's sandboxes may reach through the gym's filtering
             proxy (`session_sandbox(..., egress=self.egress)`); empty (the default): no network at all.
             A non-public address (loopback, private, link-local) must be listed as that exact address.
@@ -99,6 +104,8 @@ class Environment:
     tool_specs: ClassVar[dict[str, ToolSpec]] = {}
     egress: ClassVar[tuple[str, ...]] = ()
     judge_rubric: ClassVar[str | None] = None
+    reward_type: ClassVar[str] = ""
+    hedge_probe: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -168,6 +175,22 @@ class Environment:
 
     async def close(self) -> None:
         """Release what the episode holds (a sandbox, files). Called exactly once."""
+
+    # -- optional hooks for `gym-server env check` (docs/environments.md) -----------------------
+
+    def reference_solution(self) -> list[dict[str, Any]] | None:
+        """Assistant turns that solve this episode's task (called after `reset()`), or None: none known.
+
+        `env check` plays them and requires full reward; it also builds its hedging probe from the
+        final answer of two tasks' references. The turns may use what `setup()` built (the state a
+        solver would have read through the tools).
+        """
+        return None
+
+    def hack_probes(self) -> list[HackProbe]:
+        """This environment's own reward hacks and sandbox attacks (called after `reset()`), each played
+        by `env check` in a fresh episode of the same task and seed; none by default."""
+        return []
 
     # -- the engine ------------------------------------------------------------------------------
 
