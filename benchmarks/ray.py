@@ -149,7 +149,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def row(level: Level) -> str:
-    p50 = percentile(sorted(level.latencies), 0.5) * 1000 if level.latencies else 0.0
+    p50 = percentile(sorted(level.latencies), 50) * 1000 if level.latencies else 0.0
     return f"| {level.target} | {level.rate:,.0f} | {p50:.2f} | {level.errors} | {level.load} |"
 
 
