@@ -7,7 +7,8 @@ the completion, so every call runs the full harness (the task's tests against th
 sandbox of the server's pool. Nothing is pinned: server, sandboxes and this load generator share the
 cores, and the load average is printed with every row because the machine may be shared.
 
-    python benchmarks/code_verify.py [--backends bubblewrap,docker] [--duration 10] [--quick] [--write-docs]
+    python benchmarks/code_verify.py [--backends bubblewrap,docker] [--pool-sizes default,8] [--duration 10]
+        [--rounds 2] [--quick] [--write-docs]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ TARGETS = {"bubblewrap": 50.0, "docker": 25.0}
 @dataclass
 class Level:
     backend: str
+    pool: str
     clients: int
     calls: int = 0
     passed: int = 0
@@ -75,9 +77,9 @@ def load_average() -> str:
 
 
 async def level(
-    port: int, pid: int, backend: str, clients: int, duration_s: float, work: list[bytes]
+    port: int, pid: int, backend: str, pool: str, clients: int, duration_s: float, work: list[bytes]
 ) -> Level:
-    result = Level(backend, clients)
+    result = Level(backend, pool, clients)
     cpu_before = tree_cpu_seconds(pid)
     connections = [HttpConnection(HOST, port, timeout_s=60.0) for _ in range(clients)]
     await asyncio.gather(*(c.connect() for c in connections))
@@ -106,7 +108,7 @@ async def level(
     return result
 
 
-def start_gym(backend: str, folder: Path) -> tuple[ManagedProcess, int]:
+def start_gym(backend: str, pool: str, folder: Path) -> tuple[ManagedProcess, int]:
     port = free_port()
     argv = [
         sys.executable, "-m", "gym_server", "serve", "--host", HOST, "--port", str(port),
@@ -114,6 +116,8 @@ def start_gym(backend: str, folder: Path) -> tuple[ManagedProcess, int]:
         "--log-level", "warning",
     ]  # fmt: skip
     env = {**os.environ, "GYM_AUTH__MODE": "off"}
+    if pool != "default":
+        env["GYM_SANDBOX__POOL_SIZE"] = pool
     gym = ManagedProcess(f"gym-{backend}", argv, env=env, cwd=folder, log=folder / f"{backend}.log")
     gym.start(None)
     deadline = time.monotonic() + 120
@@ -136,7 +140,8 @@ def row(level: Level) -> str:
     p50, p99 = (percentile(lat, 50) * 1000, percentile(lat, 99) * 1000) if lat else (0.0, 0.0)
     cpu_ms = level.cpu_s / level.calls * 1000 if level.calls else 0.0
     return (
-        f"| {level.backend} | {level.clients} | {level.calls} | {level.passed} | {level.errors} | "
+        f"| {level.backend} | {level.pool} | {level.clients} | {level.calls} | {level.passed} | "
+        f"{level.errors} | "
         f"{p50:,.0f} | {p99:,.0f} | {level.rate:.1f} | {cpu_ms:.0f} | {level.load} |"
     )
 
@@ -152,26 +157,34 @@ def render(machine: dict[str, str], levels: list[Level], args: argparse.Namespac
         "",
         f"`POST /v1/verify` of HumanEval tasks with their canonical solutions (every call runs the task's "
         f"tests in a warm sandbox); C clients, one request in flight each, {args.duration:g} s per level, "
-        f"{args.rounds} round(s), levels interleaved; default settings (`sandbox.pool_size`, "
-        "`sandbox.max_running`). `passed`: reward 1.0. `CPU ms/verification`: the server's CPU time plus "
+        f"{args.rounds} round(s), levels interleaved (one server per pool size, all up at once); "
+        "`sandbox.max_running` default (4 per core); `pool size`: `sandbox.pool_size`, the warm sandboxes "
+        "kept idle (default: the setting's default). `passed`: reward 1.0. `CPU ms/verification`: the "
+        "server's CPU time plus "
         "that of the sandbox processes it reaped, per call (bubblewrap sandboxes are the server's children; "
         "Docker's run under containerd and are not counted); 2 cores / that is the most this machine "
         "could do with nothing else running.",
         "",
-        "| backend | clients | calls | passed | errors | p50 ms | p99 ms | verifications/s | "
+        "| backend | pool size | clients | calls | passed | errors | p50 ms | p99 ms | verifications/s | "
         "CPU ms/verification | load average |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *(row(level) for level in levels),
         "",
     ]
     for backend, target in TARGETS.items():
-        rates = [lvl.rate for lvl in levels if lvl.backend == backend and lvl.clients == max(args.clients)]
-        if rates:
-            best = statistics.median(rates)
-            verdict = "met" if best >= target else "not met"
-            lines.append(
-                f"- {backend}, {max(args.clients)} clients: {best:.1f}/s (target >= {target:g}/s: {verdict})."
-            )
+        for pool in args.pool_sizes:
+            rates = [
+                lvl.rate
+                for lvl in levels
+                if (lvl.backend, lvl.pool, lvl.clients) == (backend, pool, max(args.clients))
+            ]
+            if rates:
+                best = statistics.median(rates)
+                verdict = "met" if best >= target else "not met"
+                lines.append(
+                    f"- {backend}, pool size {pool}, {max(args.clients)} clients: {best:.1f}/s "
+                    f"(target >= {target:g}/s: {verdict})."
+                )
     lines.append("")
     return "\n".join(lines)
 
@@ -191,6 +204,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backends", default="bubblewrap,docker")
     parser.add_argument("--clients", type=lambda text: [int(c) for c in text.split(",")], default=[1, 8])
+    parser.add_argument(
+        "--pool-sizes",
+        type=lambda text: text.split(","),
+        default=["default"],
+        help="sandbox.pool_size of each server, e.g. default,8",
+    )
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="3 s per level, one round")
@@ -203,25 +222,28 @@ def main() -> None:
     levels: list[Level] = []
     with tempfile.TemporaryDirectory(prefix="gym-code-verify-") as tmp:
         for backend in args.backends.split(","):
-            folder = Path(tmp) / backend
-            folder.mkdir()
-            gym, port = start_gym(backend, folder)
+            gyms: dict[str, tuple[ManagedProcess, int]] = {}
             try:
-                run(
-                    lambda p=port, g=gym.pid, b=backend: level(p, g, b, 1, 1.0, work)
-                )  # warm-up: the pool fills
+                for pool in args.pool_sizes:
+                    folder = Path(tmp) / f"{backend}-{pool}"
+                    folder.mkdir()
+                    gyms[pool] = start_gym(backend, pool, folder)
+                for pool, (gym, port) in gyms.items():  # warm-up: the pool fills
+                    run(lambda p=port, g=gym.pid, b=backend, s=pool: level(p, g, b, s, 1, 1.0, work))
                 for _ in range(args.rounds):
                     for clients in args.clients:
-                        levels.append(
-                            run(
-                                lambda p=port, g=gym.pid, b=backend, c=clients: level(
-                                    p, g, b, c, args.duration, work
+                        for pool, (gym, port) in gyms.items():
+                            levels.append(
+                                run(
+                                    lambda p=port, g=gym.pid, b=backend, s=pool, c=clients: level(
+                                        p, g, b, s, c, args.duration, work
+                                    )
                                 )
                             )
-                        )
-                        print(row(levels[-1]), flush=True)
+                            print(row(levels[-1]), flush=True)
             finally:
-                gym.stop()
+                for gym, _ in gyms.values():
+                    gym.stop()
     report = render(machine, levels, args)
     print(report)
     if args.write_docs:
