@@ -35,6 +35,7 @@ from _loadgen import HttpConnection, percentile, run
 from _sessions_system import HOST, REPO, free_port, machine_description
 from _sessions_workload import COUNTER_TASKS, STEP_BODY
 
+LEVELS = ("direct", "entry-1 forwarded", "entry-1 followed", "entry-2 forwarded", "entry-2 followed")
 DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "## Ray entry point (`benchmarks/ray.py`)"
 
@@ -53,20 +54,31 @@ class Level:
         return self.steps / self.seconds if self.seconds else 0.0
 
 
-async def episodes(port: int, clients: int, duration_s: float, steps: int, target: str) -> Level:
+async def episodes(
+    port: int, clients: int, duration_s: float, steps: int, target: str, *, follow: bool = False
+) -> Level:
     """Rounds of: every client opens a session, then all step theirs `steps` times at once (timed),
     then all close. Only the stepping counts: creates and closes wait for PostgreSQL commits, which on a
-    shared machine would drown the hop being measured."""
+    shared machine would drown the hop being measured. `follow`: step the replica the create's
+    `x-gym-replica-url` names (as GymClient does), over one kept-alive connection per client and replica."""
     level = Level(target)
     connections = [HttpConnection(HOST, port, timeout_s=30.0) for _ in range(clients)]
     await asyncio.gather(*(c.connect() for c in connections))
+    direct: list[dict[int, HttpConnection]] = [{} for _ in range(clients)]
 
-    async def open_session(index: int, conn: HttpConnection) -> str:
+    async def open_session(index: int, conn: HttpConnection) -> tuple[str, HttpConnection]:
         body = f'{{"env":"counter","task_id":"counter-{index % COUNTER_TASKS:04d}"}}'.encode()
         created = await conn.send(conn.render("POST", "/v1/sessions", body))
         if created.status != 201:
             raise SystemExit(f"create answered {created.status}: {created.body[:200]!r}")
-        return str(created.json()["session_id"])
+        url = created.headers.get("x-gym-replica-url")
+        if not follow or url is None:
+            return str(created.json()["session_id"]), conn
+        replica_port = int(url.rsplit(":", 1)[1])
+        if replica_port not in direct[index]:
+            direct[index][replica_port] = HttpConnection(HOST, replica_port, timeout_s=30.0)
+            await direct[index][replica_port].connect()
+        return str(created.json()["session_id"]), direct[index][replica_port]
 
     async def step_session(conn: HttpConnection, sid: str) -> None:
         step = conn.render("POST", f"/v1/sessions/{sid}/step", STEP_BODY)
@@ -81,9 +93,10 @@ async def episodes(port: int, clients: int, duration_s: float, steps: int, targe
 
     deadline = time.perf_counter() + duration_s
     while time.perf_counter() < deadline:
-        sids = await asyncio.gather(*(open_session(i, c) for i, c in enumerate(connections)))
+        opened = await asyncio.gather(*(open_session(i, c) for i, c in enumerate(connections)))
+        sids = [sid for sid, _ in opened]
         began = time.perf_counter()
-        await asyncio.gather(*(step_session(c, sid) for c, sid in zip(connections, sids, strict=True)))
+        await asyncio.gather(*(step_session(c, sid) for sid, c in opened))
         level.seconds += time.perf_counter() - began
         await asyncio.gather(
             *(
@@ -91,7 +104,7 @@ async def episodes(port: int, clients: int, duration_s: float, steps: int, targe
                 for c, sid in zip(connections, sids, strict=True)
             )
         )
-    await asyncio.gather(*(c.close() for c in connections))
+    await asyncio.gather(*(c.close() for c in connections), *(c.close() for d in direct for c in d.values()))
     level.load = load_average()
     return level
 
@@ -136,7 +149,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def row(level: Level) -> str:
-    p50 = percentile(sorted(level.latencies), 0.5) * 1000 if level.latencies else 0.0
+    p50 = percentile(sorted(level.latencies), 50) * 1000 if level.latencies else 0.0
     return f"| {level.target} | {level.rate:,.0f} | {p50:.2f} | {level.errors} | {level.load} |"
 
 
@@ -155,25 +168,38 @@ def main() -> None:
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{database}.log"
     machine = machine_description()
-    levels: dict[str, list[Level]] = {"direct": [], "entry-1": [], "entry-2": []}
+    levels: dict[str, list[Level]] = {name: [] for name in LEVELS}
     try:
         port = free_port()
         gym = start_gym(port, 1, url, log)
         try:
             replica_port = int(str(replicas(port)[0]["address"]).rsplit(":", 1)[1])
             for _ in range(args.rounds):
-                for name, target in (("direct", replica_port), ("entry-1", port)):
+                for name, target, follow in (
+                    ("direct", replica_port, False),
+                    ("entry-1 forwarded", port, False),
+                    ("entry-1 followed", port, True),
+                ):
                     levels[name].append(
-                        run(lambda t=target, n=name: episodes(t, args.clients, args.duration, args.steps, n))
+                        run(
+                            lambda t=target, n=name, f=follow: episodes(
+                                t, args.clients, args.duration, args.steps, n, follow=f
+                            )
+                        )
                     )
         finally:
             stop(gym)
         gym = start_gym(port, 2, url, log)
         try:
             for _ in range(args.rounds):
-                levels["entry-2"].append(
-                    run(lambda: episodes(port, args.clients, args.duration, args.steps, "entry-2"))
-                )
+                for name, follow in (("entry-2 forwarded", False), ("entry-2 followed", True)):
+                    levels[name].append(
+                        run(
+                            lambda n=name, f=follow: episodes(
+                                port, args.clients, args.duration, args.steps, n, follow=f
+                            )
+                        )
+                    )
         finally:
             stop(gym)
     finally:
@@ -187,8 +213,9 @@ def main() -> None:
 
 def render(machine: dict[str, str], levels: dict[str, list[Level]], args: argparse.Namespace) -> str:
     median = {name: statistics.median(level.rate for level in runs) for name, runs in levels.items()}
-    overhead = 1 - median["entry-1"] / median["direct"]
-    scaling = median["entry-2"] / median["entry-1"]
+    overhead = 1 - median["entry-1 followed"] / median["direct"]
+    forwarding = 1 - median["entry-1 forwarded"] / median["direct"]
+    scaling = median["entry-2 followed"] / median["entry-1 followed"]
     lines = [
         SECTION,
         "",
@@ -199,21 +226,25 @@ def render(machine: dict[str, str], levels: dict[str, list[Level]], args: argpar
         "entry point, the replicas, the Ray node and the load generator share the cores.",
         "",
         f"{args.clients} clients, each stepping its own counter session {args.steps} times per round, all at "
-        f"once; {args.duration:g} s per level, {args.rounds} rounds (direct and entry point interleaved); "
-        "PostgreSQL store. steps/s counts the stepping only (creates and closes, which wait for PostgreSQL "
-        "commits, run between the timed windows).",
+        f"once; {args.duration:g} s per level, {args.rounds} rounds (the levels of one replica count "
+        "interleaved, then those of two); PostgreSQL store. steps/s counts the stepping only (creates and "
+        "closes, which wait for PostgreSQL commits, run between the timed windows). `direct`: the "
+        "replica's own port; `forwarded`: every request through the entry point; `followed`: created "
+        "through the entry point, stepped at the replica its `x-gym-replica-url` names (what GymClient "
+        "does; the default `direct_sessions`).",
         "",
         "| target | steps/s | step p50 ms | errors | load average |",
         "|---|---|---|---|---|",
         *(row(level) for name in levels for level in levels[name]),
         "",
-        f"Medians: direct {median['direct']:,.0f}, through the entry point with one replica "
-        f"{median['entry-1']:,.0f}, with two {median['entry-2']:,.0f} steps/s.",
+        "Medians (steps/s): " + ", ".join(f"{name} {value:,.0f}" for name, value in median.items()) + ".",
         "",
-        f"- Router overhead against the replica reached directly: {overhead:.0%} (target <= 10 %: "
-        f"{'met' if overhead <= 0.10 else 'not met'}).",
-        f"- Two replicas against one, both through the entry point: {scaling:.2f}x (target >= 1.7x: "
-        f"{'met' if scaling >= 1.7 else 'not met'}).",
+        f"- Entry point overhead against the replica reached directly, sessions followed to their "
+        f"replica (the default): {overhead:.0%} (target <= 10 %: {'met' if overhead <= 0.10 else 'not met'}"
+        f"); every step forwarded (`--no-direct-sessions`): {forwarding:.0%}.",
+        f"- Two replicas against one, both followed from the entry point: {scaling:.2f}x (target >= 1.7x: "
+        f"{'met' if scaling >= 1.7 else 'not met'}; the load generator and both replicas share the two "
+        "cores, so this only shows the target on a machine with a core per replica plus one for clients).",
         "",
     ]
     return "\n".join(lines)

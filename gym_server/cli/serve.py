@@ -163,6 +163,13 @@ def serve(
     replica_resources: Annotated[
         str | None, typer.Option(help='with --ray: custom Ray resources per replica, JSON: {"gym": 1}')
     ] = None,
+    direct_sessions: Annotated[
+        bool,
+        typer.Option(
+            help="with --ray: a create's answer names its replica's URL so clients step it directly "
+            "(off: every request goes through the entry point, e.g. when replicas sit behind an ingress)"
+        ),
+    ] = True,
 ) -> None:
     """Run the gym server."""
     overrides: dict[str, object] = {}
@@ -210,6 +217,7 @@ def serve(
                 "target_sessions": target_sessions,
                 "replica_cpus": replica_cpus,
                 "replica_resources": replica_resources or "{}",
+                "direct_sessions": direct_sessions,
             },
         )
         return

@@ -64,6 +64,12 @@ class Replica:
     def address(self) -> str:
         return f"{self.upstream.host}:{self.upstream.port}"
 
+    @property
+    def url(self) -> str:
+        """The replica's own base URL, as clients on the cluster's network reach it."""
+        host = f"[{self.upstream.host}]" if ":" in self.upstream.host else self.upstream.host
+        return f"http://{host}:{self.upstream.port}"
+
 
 class ReplicaPool:
     """The replicas of one `serve --ray`, their sessions, and the loop that keeps them healthy."""

@@ -12,6 +12,11 @@ supervisor has not yet decided whether it is dead answers 503 `replica-unavailab
 1. Routes whose sessions the router does not see (the OpenEnv WebSocket, MCP and NeMo Gym facades) are
 not pinned: see docs/scale.md.
 
+With `direct_sessions` (the default) a create's 201 also names the replica's own URL in
+`x-gym-replica-url`; a client that follows it (GymClient does) steps the replica directly, so the hop is
+paid once per episode instead of once per step, and falls back to this entry point when the replica stops
+answering (which then answers 410 `session-lost`). A client that ignores the header is forwarded as before.
+
 No FastAPI here: a plain ASGI callable, so the hop costs one parse and one forward per request.
 """
 
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 _SESSIONS = "/v1/sessions"
 _REPLICAS = "/v1/replicas"
 _REPLICA_HEADER = b"x-gym-replica"
+_REPLICA_URL_HEADER = b"x-gym-replica-url"
 _SESSION_PREFIX = _SESSIONS + "/"
 
 
@@ -94,18 +100,20 @@ class EntryPoint:
         session_id = (
             path[len(_SESSION_PREFIX) :].partition("/")[0] if path.startswith(_SESSION_PREFIX) else ""
         )
+        creating = method == "POST" and path == _SESSIONS
         if session_id:
             replica = self._owner(session_id, read_only=method == "GET")
             answer = await self._session_request(replica, session_id, method, target, headers, body)
             if answer.status in (404, 410) or (method == "DELETE" and answer.status < 300):
                 self.pool.forget(session_id)
         else:
-            creating = method == "POST" and path == _SESSIONS
             replica, answer = await self._any_request(method, target, headers, body)
             if creating and answer.status == 201:
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     self.pool.created(orjson.loads(answer.body)["session_id"], replica)
         response_headers = [*answer.headers, (_REPLICA_HEADER, replica.name.encode())]
+        if creating and answer.status == 201 and self.pool.settings.direct_sessions:
+            response_headers.append((_REPLICA_URL_HEADER, replica.url.encode()))
         if answer.status not in (204, 304):
             response_headers = [*response_headers, (b"content-length", str(len(answer.body)).encode())]
         await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})

@@ -25,6 +25,11 @@ class RayScaleSettings(BaseModel):
     scale_down_after_s: float = Field(
         10.0, ge=0, description="how long fewer replicas must suffice before one is drained"
     )
+    direct_sessions: bool = Field(
+        True,
+        description="a create's 201 names its replica's own URL (x-gym-replica-url) so that clients step "
+        "the replica directly; off where clients cannot reach replicas (behind an ingress)",
+    )
     start_timeout_s: float = Field(120.0, gt=0, description="how long a replica may take to answer health")
 
     @model_validator(mode="after")

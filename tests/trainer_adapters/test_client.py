@@ -405,3 +405,36 @@ async def test_a_503_from_a_real_database_outage_honours_retry_after_and_is_boun
             assert not waiting.done()  # answered 503, waiting to ask again
         page = await asyncio.wait_for(waiting, timeout=30)  # the database is back: the retry succeeds
         assert page["items"][0]["id"] == session.session_id and gym.retries >= 2
+
+
+async def test_a_session_named_by_the_entry_point_steps_its_replica_directly_and_falls_back() -> None:
+    """`serve --ray`: the create's `x-gym-replica-url` takes steps to the replica itself; a replica that
+    cannot be reached sends the step back through the entry point (which answers for a dead replica);
+    the close always goes through the entry point, so it forgets the session."""
+    hosts: list[tuple[str, str, str]] = []
+    replica_up = True
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append((request.method, request.url.host, request.url.path))
+        if request.url.host == "replica.test" and not replica_up:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.method == "POST" and request.url.path == "/v1/sessions":
+            return httpx.Response(201, json=CREATED, headers={"x-gym-replica-url": "http://replica.test/"})
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        return httpx.Response(200, json={"messages": [], "done": False})
+
+    async with mock(handler) as client:
+        session = await client.create_session("counter")
+        await client.step(session.session_id, {"role": "assistant", "content": "a"})
+        replica_up = False
+        await client.step(session.session_id, {"role": "assistant", "content": "b"})
+        await client.close(session.session_id)
+    assert hosts == [
+        ("POST", "gym.test", "/v1/sessions"),
+        ("POST", "replica.test", "/v1/sessions/s1/step"),
+        ("POST", "replica.test", "/v1/sessions/s1/step"),
+        ("POST", "gym.test", "/v1/sessions/s1/step"),
+        ("DELETE", "gym.test", "/v1/sessions/s1"),
+    ]
+    assert client.retries == 0

@@ -1,5 +1,9 @@
 """`GymClient`: the async HTTP client of the gym, with the retry policy of `retry` applied once for all
-calls, and sessions pinned to the replica that created them."""
+calls, and sessions pinned to the replica that created them.
+
+Behind `serve --ray` a create's 201 names the replica's own URL (`x-gym-replica-url`): the session's
+steps go there directly, so the entry point's hop is paid on create and close only; a request that cannot
+reach that URL falls back to the entry point, which answers 410 `session-lost` if the replica died."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -34,6 +38,11 @@ from gym_server.trainer_adapters.client.retry import (
 )
 
 __all__ = ["GymClient"]
+
+
+class _Route(TypedDict):
+    base_url: str
+    fallback_url: str | None
 
 
 def _present(**fields: Any) -> dict[str, Any]:
@@ -81,7 +90,8 @@ class GymClient:
         self.timeouts = timeouts or Timeouts()
         self.retry = retry or RetryPolicy()
         self._next_replica: Iterator[str] = itertools.cycle(self.base_urls)
-        self._replica_of: dict[str, str] = {}
+        self._replica_of: dict[str, str] = {}  # session -> the base URL it was created through
+        self._direct_of: dict[str, str] = {}  # session -> its replica's own URL, where the entry named one
         self._http = httpx.AsyncClient(
             timeout=self.timeouts.httpx(),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -116,9 +126,13 @@ class GymClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
         base_url: str | None = None,
+        fallback_url: str | None = None,
         idempotent: bool = False,
     ) -> httpx.Response:
         """Send one request with the retry policy; returns a 2xx response or raises.
+
+        `fallback_url`: where to send it instead once `base_url` cannot be reached (the request never
+        arrived there), e.g. the entry point in front of a replica stepped directly.
 
         Raises:
             GymUnavailable: 429 or 503 on every attempt.
@@ -133,6 +147,9 @@ class GymClient:
                 response = await self._http.request(method, url, json=json, params=params)
             except NOT_SENT as exc:
                 last_error = exc
+                if fallback_url is not None:
+                    url, fallback_url = fallback_url + path, None
+                    continue  # the next attempt goes through the entry point, without waiting
             except MAYBE_SENT as exc:
                 if not (idempotent or never_read(exc)):
                     raise GymTransportError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
@@ -160,6 +177,14 @@ class GymClient:
 
     def _base(self, session_id: str) -> str:
         return self._replica_of.get(session_id, self.base_urls[0])
+
+    def _routed(self, session_id: str) -> _Route:
+        """Where a session's step-level requests go: its replica directly if the entry point named one
+        (with the entry point as the fallback), else where it was created."""
+        direct = self._direct_of.get(session_id)
+        if direct is None:
+            return {"base_url": self._base(session_id), "fallback_url": None}
+        return {"base_url": direct, "fallback_url": self._base(session_id)}
 
     # -- catalog -----------------------------------------------------------------------------------
 
@@ -214,9 +239,12 @@ class GymClient:
             metadata=metadata,
         )
         base = next(self._next_replica)
-        data = await self._json("POST", "/v1/sessions", json=body, base_url=base)
-        session = SessionInfo.from_json(data, base)
+        response = await self.request("POST", "/v1/sessions", json=body, base_url=base)
+        session = SessionInfo.from_json(response.json(), base)
         self._replica_of[session.session_id] = base
+        direct = response.headers.get("x-gym-replica-url")
+        if direct:
+            self._direct_of[session.session_id] = direct.rstrip("/")
         return session
 
     async def step(
@@ -225,7 +253,7 @@ class GymClient:
         """Send one assistant message. Never re-sent after it may have reached the server."""
         body = _present(message=message, turn_data=turn_data)
         data = await self._json(
-            "POST", f"/v1/sessions/{session_id}/step", json=body, base_url=self._base(session_id)
+            "POST", f"/v1/sessions/{session_id}/step", json=body, **self._routed(session_id)
         )
         return StepResult.from_json(data)
 
@@ -241,28 +269,27 @@ class GymClient:
                 "POST",
                 f"/v1/sessions/{session_id}/truncated-turn",
                 json=body,
-                base_url=self._base(session_id),
+                **self._routed(session_id),
             )
         )
 
     async def verify(self, session_id: str) -> VerifyResult:
         data = await self._json(
-            "POST", f"/v1/sessions/{session_id}/verify", base_url=self._base(session_id), idempotent=True
+            "POST", f"/v1/sessions/{session_id}/verify", idempotent=True, **self._routed(session_id)
         )
         return VerifyResult.from_json(data)
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
         return dict(
-            await self._json(
-                "GET", f"/v1/sessions/{session_id}", base_url=self._base(session_id), idempotent=True
-            )
+            await self._json("GET", f"/v1/sessions/{session_id}", idempotent=True, **self._routed(session_id))
         )
 
     async def close(self, session_id: str, *, failure: str | None = None) -> None:
         """Close a session (idempotent on the server, so retried freely).
 
         `failure` reports why the client gave up on the episode (`policy_error`, `policy_timeout`), so
-        the stored trajectory says "no signal" instead of a plain `abandoned`.
+        the stored trajectory says "no signal" instead of a plain `abandoned`. Sent where the session was
+        created, never to its replica directly, so the `serve --ray` entry point forgets the session.
         """
         base = self._base(session_id)
         try:
@@ -275,6 +302,7 @@ class GymClient:
             )
         finally:
             self._replica_of.pop(session_id, None)
+            self._direct_of.pop(session_id, None)
 
     # -- stateless scoring and stored rollouts -----------------------------------------------------
 

@@ -1,9 +1,11 @@
 """`gym-server serve --ray` on a real three-node Ray cluster (loopback), one PostgreSQL, one entry point.
 
-Proves: sessions created through the one URL land on several replicas and stay on theirs; the replicas
+Proves: sessions created through the one URL land on several replicas and stay on theirs; a create
+names its replica's own URL, which steps the session without the entry point; the replicas
 scale up and down with live sessions; a replica process killed, and a whole node killed, mid-episode
 leave their sessions stored `lost` (acknowledged closes intact), their clients 410 `session-lost` with a
-pointer to the stored trajectory, new sessions on the living replicas, the replica replaced, and the dead
+pointer to the stored trajectory (a client stepping the dead replica directly cannot connect, and
+falls back to the entry point), new sessions on the living replicas, the replica replaced, and the dead
 replica's bubblewrap sandbox gone with it; and no process of the cluster or its replicas outlives the
 run. The tests run in order on one cluster.
 """
@@ -13,8 +15,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.error
 from typing import Any
 
+import pytest
 from client import get, request, tool_call
 from conftest import Stack, descendants, marked_processes, replicas, wait_for
 
@@ -77,6 +81,29 @@ def test_sessions_spread_by_load_and_stay_on_their_replica(stack: Stack) -> None
     assert len(nodes) == 2  # spread over the two worker nodes
 
 
+def test_a_create_names_its_replica_so_steps_skip_the_entry_point(stack: Stack) -> None:
+    """`direct_sessions` (the default): the 201 carries the replica's own URL; steps sent there reach the
+    same session (the router is not on the path), the close through the entry point ends it, and the
+    entry point still forwards a client that ignores the URL."""
+    status, headers, body = request(
+        stack.url, "POST", "/v1/sessions", {"env": "counter", "task_id": "counter-0001"}
+    )
+    assert status == 201, body
+    session_id, holder = body["session_id"], headers["x-gym-replica"]
+    address = {entry["name"]: entry["address"] for entry in replicas(stack)["replicas"]}[holder]
+    direct = headers["x-gym-replica-url"]
+    assert direct == f"http://{address}"
+    path = f"/v1/sessions/{session_id}/step"
+    answer = request(direct, "POST", path, tool_call("add", {"amount": 1}))
+    assert answer[0] == 200, answer
+    assert "x-gym-replica" not in answer[1]  # answered by the replica itself, not forwarded
+    forwarded = step(stack, session_id)
+    assert forwarded[0] == 200 and forwarded[1]["x-gym-replica"] == holder, forwarded
+    assert get(direct, f"/v1/sessions/{session_id}")[1]["turns"] == 2
+    close(stack, session_id)
+    assert stored(stack, session_id, "abandoned")["server_name"] == holder
+
+
 def test_replicas_scale_up_with_live_sessions_and_back_down(stack: Stack) -> None:
     sessions = [create(stack)[0] for _ in range(6)]  # 6 live > 2 per replica x 2 replicas
     wait_for(lambda: len(replicas(stack)["replicas"]) == 3, RECOVERY_WAIT_S, "a third replica")
@@ -127,6 +154,8 @@ def test_a_killed_replica_process_loses_only_its_live_sessions(stack: Stack) -> 
     assert sandboxes, "the python_repl session's sandbox runs under the replica"
     os.kill(victim["pid"], signal.SIGKILL)
     _assert_lost_and_replaced(stack, victim["name"], live_id, closed_id)
+    with pytest.raises(urllib.error.URLError):  # a client stepping it directly falls back to the entry
+        request(f"http://{victim['address']}", "POST", f"/v1/sessions/{live_id}/step", {})
     assert stored(stack, sandboxed_id, "lost")["server_name"] == victim["name"]
     wait_for(lambda: not any(_alive(pid) for pid in sandboxes), 30, "the dead replica's sandboxes gone")
 
