@@ -114,14 +114,26 @@ class GymToolEnvironment:
 
 
 def _task_of(row: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None, int | None]:
+    """The row's task: `gym_task` (JSON text or a dict), `gym_task_id` or `task_id`, and `gym_seed` or
+    `seed`, read from the row's columns or from the first prompt message (where `gym_prompt` puts them)."""
     prompt = row.get("prompt")
     first = prompt[0] if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) else {}
-    task = first.get("gym_task")
-    task_id = first.get("gym_task_id") or row.get("task_id")
-    seed = first.get("gym_seed", row.get("seed"))
+
+    def pick(*keys: str) -> Any:
+        for source in (row, first):
+            for key in keys:
+                if source.get(key) is not None:
+                    return source[key]
+        return None
+
+    task = pick("gym_task")
+    task_id = pick("gym_task_id", "task_id")
+    seed = pick("gym_seed", "seed")
     parsed = json.loads(task) if isinstance(task, str) else task
     if parsed is None and task_id is None:
-        raise ValueError("the dataset row names no gym task: give it a task_id column or a gym_prompt prompt")
+        raise ValueError(
+            "the dataset row names no gym task: give it a gym_task or task_id column, or a gym_prompt prompt"
+        )
     return (None if parsed is not None else task_id), parsed, (int(seed) if seed is not None else None)
 
 
