@@ -38,7 +38,6 @@ import argparse
 import os
 from typing import Any
 
-
 # Environment variables that set an option's default (compose.yaml's `trainer` service sets them).
 ENVIRONMENT = {
     "GYM_URL": "gym_url",
