@@ -8,6 +8,8 @@ verdict). The task is the CPU training test's: counter episodes whose target is 
 after a supervised warm-up on `add(k)`, k in 1..4, then `submit`, rendered exactly as TRL renders the
 prompt (the dataset's system and user messages, the tools from the methods' schemas); GRPO must find k=3.
 The reward TRL logs for each step must be the mean of the rewards the gym stored for that step's sessions.
+Measured (seed 0, 2-core machine under heavy load): first five steps 0.34, last five 0.74; with
+30 steps 0.36 -> 0.84 (docs/trl.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_cou
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 OFFSET = 3
-STEPS = 30
+STEPS = 20
 BATCH = 16
 MARGIN = 0.2
 RUN = "trl-environment-factory"
