@@ -10,11 +10,17 @@ Two configurations:
   reward per step rises within about 30 steps. (A cold tiny model never writes a tool call, so its
   reward would never move.) `--model smollm2 --lora` trains SmolLM2-135M on `--env`.
 - `--config gpu`: vLLM serves the policy (server mode) and TRL pushes the weights into it before each
-  generation; rollouts sample through vLLM's token-in `/v1/completions`. LoRA via PEFT (TRL merges
-  the adapter before each weight push). Start vLLM first, on its own GPU:
+  generation over vLLM's NCCL weight-transfer engine; rollouts sample through vLLM's token-in
+  `/v1/completions`. LoRA via PEFT (TRL merges the adapter before each weight push, so vLLM needs no LoRA
+  support). TRL 1.16 supports vLLM 0.22.0 to 0.31.0, in the server and in this process (the trainer
+  side of the weight transfer is vLLM code). Start vLLM first, on its own GPU (NCCL puts the two ranks
+  on distinct devices):
 
       VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-0.5B-Instruct --port 8001 \\
-          --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs
+          --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1
+
+Every option's default can come from the environment (`ENVIRONMENT` below names the variables), which is
+how compose.yaml's `trainer` service configures it.
 
 Run a gym first (`gym-server serve`), then for example:
 
@@ -32,8 +38,19 @@ import argparse
 import os
 from typing import Any
 
+# Environment variables that set an option's default (compose.yaml's `trainer` service sets them).
+ENVIRONMENT = {
+    "GYM_URL": "gym_url",
+    "GYM_ENV": "env",
+    "POLICY_URL": "vllm_url",
+    "POLICY_MODEL": "model",
+    "OUTPUT_DIR": "output",
+    "TRAIN_STEPS": "steps",
+    "TRAIN_RUN": "run",
+}
 
-def parse_args() -> argparse.Namespace:
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -46,7 +63,7 @@ def parse_args() -> argparse.Namespace:
         "--model", default="tiny", help="tiny, smollm2, a saved directory, or (gpu) a model id"
     )
     parser.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of all weights")
-    parser.add_argument("--vllm-url", default="http://127.0.0.1:8001")
+    parser.add_argument("--vllm-url", default="http://127.0.0.1:8001", help="the vLLM server (gpu)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--generations", type=int, default=8, help="GRPO group size")
     parser.add_argument("--prompts-per-step", type=int, default=2)
@@ -57,7 +74,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--run", default="grpo-example")
     parser.add_argument("--output", default="var/grpo-example")
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args()
+    parser.set_defaults(
+        **{dest: os.environ[name] for name, dest in ENVIRONMENT.items() if os.environ.get(name)}
+    )
+    return parser.parse_args(argv)
 
 
 def load_model(args: argparse.Namespace) -> tuple[Any, Any]:

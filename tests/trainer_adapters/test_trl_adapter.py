@@ -89,3 +89,47 @@ def test_environment_factory_binds_gym_tools(gym_url: str) -> None:
     assert env.add(amount=1) == "error: the episode is over"  # type: ignore[attr-defined]
     assert env.get_reward() == 1.0
     assert env.get_reward() is None  # closed: nothing to score
+
+
+def test_environment_factory_gives_no_signal_when_the_gym_dies(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    server = server_factory(f"sqlite:///{tmp_path / 'gym.db'}", GYM_LOG_LEVEL="warning")
+    server.start()
+    env = make_environment_factory(server.url, "counter", run="trl-env-dies")()
+    # Rows may name their task in columns as well as in the first prompt message.
+    assert env.reset(prompt=[{"role": "user", "content": "x"}], task_id="counter-0001", seed=3) is None
+    assert int(env.read())  # type: ignore[attr-defined]
+    server.kill()
+    reply = env.add(amount=1)  # type: ignore[attr-defined]
+    assert reply.startswith("error:") and env.failure is not None
+    assert env.submit().startswith("error: the gym failed this episode")  # type: ignore[attr-defined]
+    assert env.get_reward() is None  # no signal, not a zero
+    # A new episode on a dead gym does not raise into the trainer: its tools say so, its reward is None.
+    assert env.reset(prompt=[{"role": "user", "content": "x"}], task_id="counter-0001") is None
+    assert env.failure is not None and env.read().startswith("error:")  # type: ignore[attr-defined]
+    assert env.get_reward() is None
+
+
+def test_hermes_response_template_lets_trl_parse_the_gyms_tool_calls() -> None:
+    pytest.importorskip("trl")
+    from trl.chat_template_utils import parse_response
+
+    from gym_server.trainer_adapters.models import build_tiny_tokenizer
+    from gym_server.trainer_adapters.trl import use_hermes_response_template
+
+    tokenizer = use_hermes_response_template(build_tiny_tokenizer())
+    prefix = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "go"}], tokenize=True, add_generation_prompt=True, return_dict=False
+    )
+    text = render_tool_call("add", {"amount": 3}) + render_tool_call("submit", {})
+    ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    parsed = parse_response(tokenizer, ids, prefix=prefix)
+    assert [c["function"] for c in parsed["tool_calls"]] == [
+        {"name": "add", "arguments": {"amount": 3}},
+        {"name": "submit", "arguments": {}},
+    ]
+    other = build_tiny_tokenizer()
+    other.chat_template = "{{ messages }}"
+    with pytest.raises(ValueError, match="HERMES_TEMPLATE"):
+        use_hermes_response_template(other)

@@ -6,7 +6,11 @@ Nothing here imports trl or torch at import time; they are needed only when a tr
 
 from __future__ import annotations
 
-from gym_server.trainer_adapters.trl.environment import GymToolEnvironment, make_environment_factory
+from gym_server.trainer_adapters.trl.environment import (
+    GymToolEnvironment,
+    make_environment_factory,
+    use_hermes_response_template,
+)
 from gym_server.trainer_adapters.trl.reward import gym_component_reward, gym_reward
 from gym_server.trainer_adapters.trl.rollout import GymRolloutFunc, gym_prompt, load_gym_dataset
 
@@ -18,4 +22,5 @@ __all__ = [
     "gym_reward",
     "load_gym_dataset",
     "make_environment_factory",
+    "use_hermes_response_template",
 ]
