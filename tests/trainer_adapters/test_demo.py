@@ -24,7 +24,8 @@ def run_demo(*args: str) -> Any:
 @pytest.mark.slow
 def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    result = run_demo("--model", "tiny", "--steps", "2", "--output", str(tmp_path))
+    mlflow = pytest.importorskip("mlflow")
+    result = run_demo("--model", "tiny", "--steps", "2", "--output", str(tmp_path), "--tracker", "mlflow")
     assert result.exit_code == 0, result.output
     assert "success rate" in result.output
     png = (tmp_path / "reward_curve.png").read_bytes()
@@ -32,6 +33,22 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "demo.json").read_text())
     assert record["before"]["episodes"] == record["after"]["episodes"] == 32
     assert len(record["train_reward_per_step"]) == 2
+    # The tracker got the held-out evaluations (steps 0 and 2) and each GRPO step's episodes.
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "tracking" / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name("gym-server-demo")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    evals = client.get_metric_history(run.info.run_id, "eval/episodes")
+    assert [(m.step, m.value) for m in evals] == [(0, 32.0), (2, 32.0)]
+    train = client.get_metric_history(run.info.run_id, "gym/episodes")
+    assert sorted(m.step for m in train) == [0, 1]
+    invalid = client.get_metric_history(run.info.run_id, "gym/invalid_tool_call_rate")
+    assert len(invalid) == 2 and all(0.0 <= m.value <= 1.0 for m in invalid)
+    mean = client.get_metric_history(run.info.run_id, "eval/reward_mean")
+    assert [m.value for m in mean] == pytest.approx(
+        [record["before"]["mean_reward"], record["after"]["mean_reward"]]
+    )
 
 
 @pytest.mark.parametrize("shaping", ["extracted", "extracted=lots"])

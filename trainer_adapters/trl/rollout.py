@@ -17,6 +17,9 @@ Sampling: by default a `LocalSampler` over `trainer.model` (on-policy, CPU, `use
 `CompletionsSampler` for vLLM (with `use_vllm=True, vllm_mode="server"`, TRL pushes the weights into
 the same server before each generation). `max_completion_length`, `temperature` and `top_p` come from
 the trainer's config. Do not pass `tools` or `environment_factory` together with this function.
+
+Tracking: pass `tracker=open_tracker(...)` (`trainer_adapters.tracking`) and every step's episodes are
+logged as `rollout_metrics` at the trainer's global step; the caller finishes the tracker.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from gym_server.trainer_adapters.client import GymClient
 from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
 from gym_server.trainer_adapters.samplers.base import SamplingParams, TokenSampler
 from gym_server.trainer_adapters.samplers.local import LocalSampler
+from gym_server.trainer_adapters.tracking.backends import Tracker
+from gym_server.trainer_adapters.tracking.metrics import rollout_metrics
 
 __all__ = ["GymRolloutFunc", "gym_prompt", "load_gym_dataset"]
 
@@ -135,6 +140,7 @@ class GymRolloutFunc:
         run: the gym run name trajectories are filed under.
         concurrency: episodes played at once (they share the sampler's batches).
         seed: base of the derived gym and sampling seeds (reproducible runs).
+        tracker: where each step's `rollout_metrics` are logged (none by default).
     """
 
     gym_url: str | list[str]
@@ -144,6 +150,7 @@ class GymRolloutFunc:
     run: str | None = None
     concurrency: int = 64
     seed: int = 0
+    tracker: Tracker | None = field(default=None, repr=False)
     last_rollouts: list[Rollout] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _loop: BackgroundLoop | None = field(default=None, repr=False)
@@ -184,6 +191,8 @@ class GymRolloutFunc:
         rollouts = loop.run(driver.run_many(specs, self.concurrency))
         self.last_rollouts = rollouts
         self.history.append({"step": step, **summarize(rollouts)})
+        if self.tracker is not None:
+            self.tracker.log(rollout_metrics(rollouts), step)
         return self._to_trl(rollouts, prompts)
 
     def _connect(self) -> tuple[BackgroundLoop, GymClient]:
