@@ -5,7 +5,7 @@ serves the model with vLLM and trains LoRA adapters with Unsloth on the GPU; eac
 gym episodes through the model's OpenAI-compatible client, optionally re-scores them with RULER, and
 trains on them.
 
-    pip install 'openpipe-art[backend]==0.5.23' 'gym-server[art]'
+    pip install 'openpipe-art[backend]==0.5.23' gym-server
     python examples/art/train_art_gym.py --gym http://127.0.0.1:8000 --env counter \\
         --base-model Qwen/Qwen2.5-0.5B-Instruct --steps 20 [--ruler-judge openai/o4-mini]
 """

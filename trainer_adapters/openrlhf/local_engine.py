@@ -6,6 +6,8 @@ same call with the gym's `LocalSampler` (token ids in, token ids and processed l
 vLLM's shapes: `.outputs[0]` with `token_ids`, `text`, `finish_reason` and, when `sampling_params.logprobs`
 is set, `logprobs` as one `{token_id: Logprob}` dict per sampled token. `SamplingParams` has the fields
 of vLLM's that OpenRLHF sets. For tests and for debugging an agent module on a laptop, not for training.
+It needs transformers >= 5.24 (the gym's generation reads the `cache` output), newer than the 5.15.0
+OpenRLHF 0.11.2 pins for its vLLM path; the agent module itself only tokenizes and works with either.
 """
 
 from __future__ import annotations
