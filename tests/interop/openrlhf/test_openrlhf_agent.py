@@ -233,8 +233,9 @@ def test_the_length_budget_ends_the_episode_and_the_gym_still_scores_it(
         )
     )
     assert record["gym"]["stop_reason"] == "max_completion_tokens" and record["truncated"]
-    stored = gym.stored(record["gym"]["session_id"], "completed")
-    assert record["reward"] == stored["reward"] is not None
+    # No step was taken (the only turn was cut), so the gym files the episode as abandoned, scored.
+    stored = gym.stored(record["gym"]["session_id"], "abandoned")
+    assert record["reward"] == stored["reward"] is not None and stored["turns"][0]["truncated"]
     assert len(record["observation_tokens"]) == prompt_len + 3
 
 
