@@ -140,7 +140,7 @@ def _start(tmp: Path, **settings: str) -> Gym:
         try:
             if gym.get("/readyz")[0] == 200:
                 return gym
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):  # not up yet, or a loaded machine
             pass
         time.sleep(0.1)
     process.kill()

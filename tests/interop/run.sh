@@ -21,7 +21,9 @@ for peer in "${peers[@]}"; do
     dir=tests/interop/$peer
     [ -f "$dir/requirements.txt" ] || { echo "unknown peer '$peer': no $dir/requirements.txt"; exit 2; }
     venv=var/interop/$peer
-    if ! cmp -s "$dir/requirements.txt" "$venv/requirements.txt"; then
+    # requirements-nodeps.txt (optional): packages installed without their dependencies, for a peer whose
+    # declared pins cannot install here (OpenRLHF's CUDA builds); the stamp covers both files.
+    if ! cat "$dir"/requirements*.txt | cmp -s - "$venv/requirements.txt"; then
         echo "== $peer: building $venv"
         rm -rf "$venv"
         if [ -f "$dir/python-version" ]; then
@@ -38,7 +40,10 @@ for peer in "${peers[@]}"; do
             "$PYTHON" -m venv "$venv"
         fi
         "$venv/bin/python" -m pip install -q -r "$dir/requirements.txt"
-        cp "$dir/requirements.txt" "$venv/requirements.txt"  # the stamp: rebuilt when the pins change
+        if [ -f "$dir/requirements-nodeps.txt" ]; then
+            "$venv/bin/python" -m pip install -q --no-deps -r "$dir/requirements-nodeps.txt"
+        fi
+        cat "$dir"/requirements*.txt > "$venv/requirements.txt"  # the stamp: rebuilt when the pins change
     fi
     extras=$( { tr -d '[:space:]' < "$dir/gym-extras"; } 2>/dev/null || true)  # no file: no extras
     "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"

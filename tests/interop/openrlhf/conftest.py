@@ -1,0 +1,40 @@
+"""Fixtures for the OpenRLHF peer: real `gym-server serve` processes (tests/interop/gym_servers.py) and
+the tiny model, warmed up on counter tool calls, generating in this process through `LocalEngine` (the
+CPU stand-in for OpenRLHF's vLLM actor, which needs a GPU). The agent module, OpenRLHF's base classes
+and its `MultiTurnAgentExecutor` loop are the real ones, from `openrlhf==0.11.2` installed without its
+GPU dependencies (flash-attn, deepspeed, vLLM, ray), as docs/openrlhf.md says.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gym_servers import Gym, free_port, gym, gym_with
+
+__all__ = ["Gym", "free_port", "gym", "gym_with", "warm_policy"]
+
+
+def pytest_report_header() -> str:
+    return f"openrlhf {version('openrlhf')} against gym-server from {os.environ.get('GYM_INTEROP_PYTHON')}"
+
+
+@pytest.fixture(scope="session")
+def warm_policy(gym: Gym) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """(model, tokenizer, counter tasks): the tiny model after the supervised warm-up of
+    `gym-server demo --model tiny`, so that it writes `add(k)` then `submit` (two-turn episodes)."""
+    import torch
+
+    from gym_server.trainer_adapters.warmup import tiny_counter_recipe
+
+    torch.set_num_threads(1)  # the model is tiny: a second thread costs more than it gives on a shared CPU
+    model, tokenizer, train, _ = tiny_counter_recipe(gym.url, n_tasks=4)
+    model.eval()
+    return model, tokenizer, train
