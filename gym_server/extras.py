@@ -33,6 +33,9 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "mcp": "mcp",
     "ray": "ray",
     "cachetools": "verl",
+    "trackio": "tracking",
+    "wandb": "tracking",
+    "mlflow": "tracking",
 }
 
 
