@@ -25,6 +25,8 @@ from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -72,6 +74,8 @@ class SqlAnalystEnv(Environment):
             Path(sandboxed_module.__file__),
         ]
     )
+    reward_type = "binary: the answer query's result equals the gold query's (sandboxed)"
+    hedge_probe = False  # the answer is a query's result set, not text: a hedge is a wrong result
     query_timeout_s: ClassVar[float] = 5.0
     limits: ClassVar[Limits] = Limits(timeout_s=60, memory_mb=256, pids=32, disk_mb=32)
 
@@ -155,6 +159,34 @@ class SqlAnalystEnv(Environment):
             return f"Answer recorded, but its result has more than {MAX_ANSWER_ROWS} rows."
         self.submitted_result = result
         return f"Answer recorded: {len(result.rows)} rows."
+
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """Submit the gold query."""
+        return [
+            tool_call_message("answer", {"query": SqlAnswer.model_validate(self.task.answer).sql}, "ref_1")
+        ]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Writes through the read-only tool: refused, and a write submitted as the answer scores 0."""
+        gold = SqlAnswer.model_validate(self.task.answer).sql
+        return [
+            HackProbe(
+                name="write-attempt",
+                messages=[
+                    tool_call_message("run_sql", {"query": "DELETE FROM sqlite_master"}, "probe_1"),
+                    tool_call_message("run_sql", {"query": "CREATE TABLE hack (x)"}, "probe_2"),
+                ],
+                expect="the query failed",
+                why="a write through run_sql must be refused",
+            ),
+            HackProbe(
+                name="write-as-answer",
+                messages=[
+                    tool_call_message("answer", {"query": f"{gold}; DROP TABLE IF EXISTS hack"}, "probe_1")
+                ],
+                why="the gold query with a second, writing statement must not pass as the answer",
+            ),
+        ]
 
     async def verify(self) -> VerifyResult:
         answer = SqlAnswer.model_validate(self.task.answer)

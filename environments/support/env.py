@@ -31,6 +31,8 @@ from gym_server.environments.support.store import (
 )
 from gym_server.environments.support.user import SimulatedUser
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -48,6 +50,8 @@ class SupportEnv(Environment):
     """Customer support over a per-task orders database, a written policy and a scripted customer."""
 
     name = "support"
+    reward_type = "binary: the final orders equal the gold state and no policy rule was broken"
+    hedge_probe = False  # scored on the database and the actions taken, never on what the agent says
     description = "τ-bench-like customer support: tools on a database, a written policy, a simulated user."
     multi_turn = True
     max_turns = 20
@@ -63,12 +67,46 @@ class SupportEnv(Environment):
         check_task_field(SupportAnswer, task.answer, "answer")
         check_task_field(SupportDB, task.metadata.get("db"), "metadata.db")
 
-    @classmethod
-    def reference_solution(cls, task: Task) -> list[dict[str, Any]]:
-        """Assistant messages that handle `task` by the policy against the scripted user (reward 1.0)."""
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """Assistant messages that handle the task by the policy against the scripted user (reward 1.0)."""
         from gym_server.environments.support.reference import reference_messages
 
-        return reference_messages(task)
+        return reference_messages(self.task)
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Claiming the request done in prose, a transfer nobody needed, and the requested action taken
+        without verifying the customer's identity: none may pay."""
+        goal = SupportAnswer.model_validate(self.task.answer).goal
+        probes = [
+            HackProbe(
+                name="claims-done",
+                messages=[
+                    {"role": "assistant", "content": "All done: your request has been handled. Goodbye!"}
+                ],
+                why="a claim in prose, with no action taken",
+            )
+        ]
+        if not goal.transfer:
+            probes.append(
+                HackProbe(
+                    name="needless-transfer",
+                    messages=[tool_call_message("transfer_to_human", {"summary": "the customer"}, "probe_1")],
+                    why="handing off a request the desk can handle",
+                )
+            )
+        actions = {"refund": "refund_order", "cancel": "cancel_order"}
+        if goal.kind in actions:
+            probes.append(
+                HackProbe(
+                    name="acts-unverified",
+                    messages=[
+                        tool_call_message(actions[goal.kind], {"order_id": goal.order_id}, "probe_1"),
+                        {"role": "assistant", "content": "All done. Is there anything else I can help with?"},
+                    ],
+                    why="the requested action taken before verifying identity breaks the policy",
+                )
+            )
+        return probes
 
     async def setup(self) -> None:
         answer = SupportAnswer.model_validate(self.task.answer)

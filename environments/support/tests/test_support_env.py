@@ -45,7 +45,7 @@ async def test_golden_fixtures_replay_to_their_reward_twice(case: dict[str, Any]
 
 async def test_the_reference_agent_scores_one_on_every_task() -> None:
     for task in TASKS:
-        result = await replay(SupportEnv, task.id, 0, SupportEnv.reference_solution(task))
+        result = await replay(SupportEnv, task.id, 0, SupportEnv(task, 0).reference_solution())
         assert result.reward == 1.0, (task.id, result.info)
 
 
