@@ -7,9 +7,11 @@ user leaves, on `transfer_to_human`, or at the turn limit. Actions are carried o
 forbids them (as a real back office would), and each such action is recorded as a violation.
 
 Reward 1.0 when the final orders equal the gold state (the request done if the policy allows it, nothing
-else changed; a transfer when the request needs a human) and no policy rule was broken; else 0.0.
-Components: `db_match`, `violations` (how many), `verified` (identity verified at some point),
-`transferred`.
+else changed; a transfer when the request needs a human), no policy rule was broken, and a declined
+request was declined on the facts (the customer verified and the order looked up: otherwise doing nothing
+at all would pay on every request the policy refuses); else 0.0. Components: `db_match`, `violations`
+(how many), `verified` (identity verified at some point), `checked` (the requested order looked up by
+`get_order` or `list_orders`), `transferred`.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class SupportEnv(Environment):
         self.user = SimulatedUser(answer.user, answer.goal, str(self.task.prompt))
         self.violations: list[str] = []
         self.ever_verified = False
+        self.looked_up: set[str] = set()
         self.transferred = False
 
     def opening_messages(self) -> list[dict[str, Any]]:
@@ -183,7 +186,9 @@ class SupportEnv(Environment):
         Args:
             order_id: the order's id, e.g. O-1234
         """
-        return self._order(order_id).model_dump(mode="json")
+        order = self._order(order_id)
+        self.looked_up.add(order.id)
+        return order.model_dump(mode="json")
 
     @tool
     async def list_orders(self, customer_id: Line) -> list[dict[str, Any]]:
@@ -193,11 +198,9 @@ class SupportEnv(Environment):
             customer_id: the id find_customer returned
         """
         wanted = customer_id.strip()
-        return [
-            order.model_dump(mode="json")
-            for order in self.desk.orders.values()
-            if order.customer_id == wanted
-        ]
+        orders = [order for order in self.desk.orders.values() if order.customer_id == wanted]
+        self.looked_up.update(order.id for order in orders)
+        return [order.model_dump(mode="json") for order in orders]
 
     @tool
     async def refund_order(self, order_id: Line) -> str:
@@ -260,14 +263,19 @@ class SupportEnv(Environment):
             order.model_dump(mode="json") for order in sorted(self.answer.gold_orders, key=lambda o: o.id)
         ]
         db_match = self.desk.state() == gold
-        transfer_ok = self.transferred == self.answer.goal.transfer
-        ok = db_match and transfer_ok and not self.violations
+        goal = self.answer.goal
+        transfer_ok = self.transferred == goal.transfer
+        checked = goal.order_id in self.looked_up
+        # A refusal needs no action, so the database alone would pay an agent that did nothing at all.
+        declined_ok = goal.allowed or goal.transfer or (self.ever_verified and checked)
+        ok = db_match and transfer_ok and declined_ok and not self.violations
         return VerifyResult(
             reward=float(ok),
             components={
                 "db_match": float(db_match),
                 "violations": float(len(self.violations)),
                 "verified": float(self.ever_verified),
+                "checked": float(checked),
                 "transferred": float(self.transferred),
             },
             info={

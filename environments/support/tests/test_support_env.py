@@ -73,7 +73,11 @@ async def test_the_user_reveals_only_what_is_asked_and_leaves_when_declined_twic
     user = task.answer["user"]
     assert replies[0] == f"My email is {user['email']}." and replies[1] == f"My zip code is {user['zip']}."
     assert "exception" in replies[2] and env.done and env.done_reason == "user_left"
-    assert (await env.verify()).reward == 1.0  # nothing changed, nothing broken: declining was right
+    # Nothing changed and nothing broken, but the refusal was not grounded (no verification, no look-up):
+    # paying it would pay an agent that does nothing on every request the policy refuses.
+    result = await env.verify()
+    assert result.reward == 0.0 and result.components["db_match"] == 1.0
+    assert result.components["checked"] == 0.0 and result.components["verified"] == 0.0
 
 
 @pytest.mark.parametrize(
