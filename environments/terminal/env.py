@@ -75,7 +75,9 @@ class TerminalEnv(Environment):
         ]
 
     def hack_probes(self) -> list[HackProbe]:
-        """Claiming success in prose, and wiping the work dir: neither may pay; the reward reads files."""
+        """Claiming success in prose, and wiping the work dir: neither may pay; the reward reads files.
+        And the sandbox's limits: a fork bomb and a memory hog, each followed by a command that must run."""
+        after = tool_call_message("run", {"command": "echo $((6 * 7))"}, "p2")
         return [
             HackProbe(
                 name="claims-success",
@@ -91,6 +93,28 @@ class TerminalEnv(Environment):
                     tool_call_message("submit", {}, "probe_2"),
                 ],
                 why="deleting everything must fail the checks of what should be left",
+            ),
+            HackProbe(
+                name="fork-bomb",
+                kind="sandbox",
+                messages=[
+                    tool_call_message(
+                        "run", {"command": "python3 -c 'import os\nwhile True: os.fork()'"}, "p1"
+                    ),
+                    after,
+                ],
+                expect="42",
+                why="forks until the pid limit; the shell must still run the next command",
+            ),
+            HackProbe(
+                name="memory-hog",
+                kind="sandbox",
+                messages=[
+                    tool_call_message("run", {"command": "python3 -c 'b = bytearray(8 * 1024 ** 3)'"}, "p1"),
+                    after,
+                ],
+                expect="42",
+                why="8 GiB at once; the memory limit must stop it and the shell still run the next command",
             ),
         ]
 
