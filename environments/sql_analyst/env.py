@@ -38,6 +38,7 @@ MAX_SHOWN = 50
 MAX_ANSWER_ROWS = 1000
 _COMPONENTS = ("columns", "rows", "result_match")  # the same keys on every result, for batch statistics
 Query = Annotated[str, Field(min_length=1, max_length=5000)]
+RUNAWAY = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT COUNT(*) FROM n"
 
 SYSTEM_PROMPT = (
     "You are a data analyst with read-only access to a SQLite database. run_sql(query) runs one SELECT "
@@ -167,7 +168,8 @@ class SqlAnalystEnv(Environment):
         ]
 
     def hack_probes(self) -> list[HackProbe]:
-        """Writes through the read-only tool: refused, and a write submitted as the answer scores 0."""
+        """Writes through the read-only tool: refused, and a write submitted as the answer scores 0. And a
+        query that never ends, which the query timeout must stop without losing the session."""
         gold = SqlAnswer.model_validate(self.task.answer).sql
         return [
             HackProbe(
@@ -185,6 +187,16 @@ class SqlAnalystEnv(Environment):
                     tool_call_message("answer", {"query": f"{gold}; DROP TABLE IF EXISTS hack"}, "probe_1")
                 ],
                 why="the gold query with a second, writing statement must not pass as the answer",
+            ),
+            HackProbe(
+                name="runaway-query",
+                kind="sandbox",
+                messages=[
+                    tool_call_message("run_sql", {"query": RUNAWAY}, "probe_1"),
+                    tool_call_message("run_sql", {"query": "SELECT 6 * 7 AS answer"}, "probe_2"),
+                ],
+                expect="42",
+                why="a query that never ends: stopped at the query timeout, and the next query still runs",
             ),
         ]
 
