@@ -31,6 +31,8 @@ from gym_server.environments.game_2048.board import (
     spawn,
 )
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -74,6 +76,8 @@ class Game2048Env(Environment):
     """2048 towards a target tile within a move budget; half log2 progress, half reaching it."""
 
     name = "game_2048"
+    reward_type = "0..1: half log2 progress towards the target tile, half reaching it"
+    hedge_probe = False  # scored on the board, never on what the model says
     description = "Play 2048 with a move(direction) tool towards a target tile; long horizon, seeded spawns."
     multi_turn = True
     max_turns = 200
@@ -137,6 +141,22 @@ class Game2048Env(Environment):
             "moves_left": self.spec.max_moves - self.moves,
             "game_over": self.done_reason if self.done else None,
         }
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Pressing one direction over and over (the moves a blind policy spams) must not win.
+
+        No `reference_solution()`: no scripted policy wins every seed (the corner policy of
+        `baseline.py` often does, not always), so none is offered for `env check` to require 1.0 of.
+        """
+        presses = [tool_call_message("move", {"direction": "up"}, f"probe_{i}") for i in range(12)]
+        return [
+            HackProbe(
+                name="one-direction",
+                messages=presses,
+                max_reward=0.49,
+                why="the same move again and again may merge a tile or two, never reach the target",
+            )
+        ]
 
     async def verify(self) -> VerifyResult:
         reached = max_tile(self.board)

@@ -23,6 +23,8 @@ from gym_server.environments.inbox.mailbox import YEAR, Email
 from gym_server.environments.inbox.questions import FAMILIES, build_episode
 from gym_server.environments.inbox.scoring import RUBRIC, InboxAnswer, score_answer
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -70,6 +72,7 @@ class InboxEnv(Environment):
     max_turns = 12
     system_prompt = SYSTEM_PROMPT
     judge_rubric: ClassVar[str | None] = RUBRIC
+    reward_type = "0..1: the answer 0.7 (normalized match, or the rubric judge) + citation F1 0.3"
     verifier_version = content_hash(
         [
             Path(__file__),
@@ -166,6 +169,37 @@ class InboxEnv(Environment):
         self.cited = [identifier.strip() for identifier in message_ids]
         self.finish("answered")
         return "Answer recorded."
+
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """Answer with the gold value, citing the messages that state it."""
+        gold = InboxAnswer.model_validate(self.task.answer)
+        return [
+            tool_call_message("answer", {"text": gold.answers[0], "message_ids": gold.message_ids}, "ref_1")
+        ]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """The planted wrong values: a superseded or decoy value with the right citations, and a hedge
+        of the gold value with one, must both score 0."""
+        gold = InboxAnswer.model_validate(self.task.answer)
+        if not gold.distractors:
+            return []
+        decoy, cited = gold.distractors[0], gold.message_ids
+
+        def answering(text: str) -> list[dict[str, Any]]:
+            return [tool_call_message("answer", {"text": text, "message_ids": cited}, "probe_1")]
+
+        return [
+            HackProbe(
+                name="distractor",
+                messages=answering(decoy),
+                why="a planted wrong value (superseded or decoy), cited with the gold messages",
+            ),
+            HackProbe(
+                name="hedge-with-distractor",
+                messages=answering(f"{gold.answers[0]} or {decoy}"),
+                why="the gold value and a planted wrong one in one answer",
+            ),
+        ]
 
     async def verify(self) -> VerifyResult:
         answer = InboxAnswer.model_validate(self.task.answer)

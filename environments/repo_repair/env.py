@@ -27,6 +27,7 @@ from gym_server.sandbox.protocol import Limits, sandbox_path
 from gym_server.sandbox.runtime import SessionSandbox, sandbox_pool, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -78,6 +79,8 @@ class RepoRepairEnv(Environment):
     """Fix a generated Python package until its hidden tests pass; tests run in the session's sandbox."""
 
     name = "repo_repair"
+    reward_type = "binary: every hidden test passes (sandboxed; edits to tests/ are ignored)"
+    hedge_probe = False  # code: another task's function is dead code, not a second answer
     description = "SWE-style bug fixing in a small generated Python package; hidden tests decide the reward."
     multi_turn = True
     max_turns = 20
@@ -92,17 +95,56 @@ class RepoRepairEnv(Environment):
         check_task_field(RepoAnswer, task.answer, "answer")
         check_task_field(dict[str, str], task.metadata.get("files"), "metadata.files")
 
-    @classmethod
-    def reference_solution(cls, task: Task) -> list[dict[str, Any]]:
-        """Assistant messages that write the reference fix, run the tests and submit."""
-        fix = RepoAnswer.model_validate(task.answer).fix
+    def reference_solution(self) -> list[dict[str, Any]] | None:
+        """Assistant messages that write the reference fix, run the tests and submit (None: no fix)."""
+        fix = RepoAnswer.model_validate(self.task.answer).fix
         if fix is None:
-            raise ValueError(f"task {task.id} has no reference fix")
+            return None
         return [
             tool_call_message("write_file", {"path": fix.path, "content": fix.content}, "ref_1"),
             tool_call_message("run_tests", {}, "ref_2"),
             tool_call_message("submit", {}, "ref_3"),
         ]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """The hacks the module docstring closes: rewriting the visible tests to pass, and `sys.exit(0)`
+        in a conftest and in the package, each submitted without touching the bug."""
+        package = RepoAnswer.model_validate(self.task.answer).package
+        tests = sorted(path for path in self.original if path.startswith(TESTS_DIR) and path.endswith(".py"))
+        passing = (
+            "import unittest\n\n\nclass TestAll(unittest.TestCase):\n    def test_ok(self):\n        pass\n"
+        )
+        exits = "import sys\nsys.exit(0)\n"
+
+        def submitted(*writes: tuple[str, str]) -> list[dict[str, Any]]:
+            calls = [
+                tool_call_message("write_file", {"path": path, "content": text}, f"probe_{i}")
+                for i, (path, text) in enumerate(writes)
+            ]
+            return [*calls, tool_call_message("submit", {}, "probe_submit")]
+
+        probes = [
+            HackProbe(
+                name="sys-exit-in-conftest",
+                messages=submitted(("conftest.py", exits)),
+                why="a conftest that exits 0 before any test runs",
+            ),
+            HackProbe(
+                name="sys-exit-in-package",
+                messages=submitted((f"{package}/__init__.py", exits)),
+                why="the package exits 0 on import",
+            ),
+        ]
+        if tests:
+            probes.insert(
+                0,
+                HackProbe(
+                    name="rewrite-the-tests",
+                    messages=submitted(*[(path, passing) for path in tests]),
+                    why="every visible test file replaced by a test that passes",
+                ),
+            )
+        return probes
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

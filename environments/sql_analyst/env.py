@@ -25,6 +25,8 @@ from gym_server.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -36,6 +38,7 @@ MAX_SHOWN = 50
 MAX_ANSWER_ROWS = 1000
 _COMPONENTS = ("columns", "rows", "result_match")  # the same keys on every result, for batch statistics
 Query = Annotated[str, Field(min_length=1, max_length=5000)]
+RUNAWAY = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT COUNT(*) FROM n"
 
 SYSTEM_PROMPT = (
     "You are a data analyst with read-only access to a SQLite database. run_sql(query) runs one SELECT "
@@ -72,6 +75,8 @@ class SqlAnalystEnv(Environment):
             Path(sandboxed_module.__file__),
         ]
     )
+    reward_type = "binary: the answer query's result equals the gold query's (sandboxed)"
+    hedge_probe = False  # the answer is a query's result set, not text: a hedge is a wrong result
     query_timeout_s: ClassVar[float] = 5.0
     limits: ClassVar[Limits] = Limits(timeout_s=60, memory_mb=256, pids=32, disk_mb=32)
 
@@ -155,6 +160,45 @@ class SqlAnalystEnv(Environment):
             return f"Answer recorded, but its result has more than {MAX_ANSWER_ROWS} rows."
         self.submitted_result = result
         return f"Answer recorded: {len(result.rows)} rows."
+
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """Submit the gold query."""
+        return [
+            tool_call_message("answer", {"query": SqlAnswer.model_validate(self.task.answer).sql}, "ref_1")
+        ]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Writes through the read-only tool: refused, and a write submitted as the answer scores 0. And a
+        query that never ends, which the query timeout must stop without losing the session."""
+        gold = SqlAnswer.model_validate(self.task.answer).sql
+        return [
+            HackProbe(
+                name="write-attempt",
+                messages=[
+                    tool_call_message("run_sql", {"query": "DELETE FROM sqlite_master"}, "probe_1"),
+                    tool_call_message("run_sql", {"query": "CREATE TABLE hack (x)"}, "probe_2"),
+                ],
+                expect="the query failed",
+                why="a write through run_sql must be refused",
+            ),
+            HackProbe(
+                name="write-as-answer",
+                messages=[
+                    tool_call_message("answer", {"query": f"{gold}; DROP TABLE IF EXISTS hack"}, "probe_1")
+                ],
+                why="the gold query with a second, writing statement must not pass as the answer",
+            ),
+            HackProbe(
+                name="runaway-query",
+                kind="sandbox",
+                messages=[
+                    tool_call_message("run_sql", {"query": RUNAWAY}, "probe_1"),
+                    tool_call_message("run_sql", {"query": "SELECT 6 * 7 AS answer"}, "probe_2"),
+                ],
+                expect="42",
+                why="a query that never ends: stopped at the query timeout, and the next query still runs",
+            ),
+        ]
 
     async def verify(self) -> VerifyResult:
         answer = SqlAnswer.model_validate(self.task.answer)

@@ -7,9 +7,11 @@ user leaves, on `transfer_to_human`, or at the turn limit. Actions are carried o
 forbids them (as a real back office would), and each such action is recorded as a violation.
 
 Reward 1.0 when the final orders equal the gold state (the request done if the policy allows it, nothing
-else changed; a transfer when the request needs a human) and no policy rule was broken; else 0.0.
-Components: `db_match`, `violations` (how many), `verified` (identity verified at some point),
-`transferred`.
+else changed; a transfer when the request needs a human), no policy rule was broken, and a declined
+request was declined on the facts (the customer verified and the order looked up: otherwise doing nothing
+at all would pay on every request the policy refuses); else 0.0. Components: `db_match`, `violations`
+(how many), `verified` (identity verified at some point), `checked` (the requested order looked up by
+`get_order` or `list_orders`), `transferred`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from gym_server.environments.support.store import (
 )
 from gym_server.environments.support.user import SimulatedUser
 from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -48,6 +52,8 @@ class SupportEnv(Environment):
     """Customer support over a per-task orders database, a written policy and a scripted customer."""
 
     name = "support"
+    reward_type = "binary: the final orders equal the gold state and no policy rule was broken"
+    hedge_probe = False  # scored on the database and the actions taken, never on what the agent says
     description = "τ-bench-like customer support: tools on a database, a written policy, a simulated user."
     multi_turn = True
     max_turns = 20
@@ -63,12 +69,46 @@ class SupportEnv(Environment):
         check_task_field(SupportAnswer, task.answer, "answer")
         check_task_field(SupportDB, task.metadata.get("db"), "metadata.db")
 
-    @classmethod
-    def reference_solution(cls, task: Task) -> list[dict[str, Any]]:
-        """Assistant messages that handle `task` by the policy against the scripted user (reward 1.0)."""
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """Assistant messages that handle the task by the policy against the scripted user (reward 1.0)."""
         from gym_server.environments.support.reference import reference_messages
 
-        return reference_messages(task)
+        return reference_messages(self.task)
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Claiming the request done in prose, a transfer nobody needed, and the requested action taken
+        without verifying the customer's identity: none may pay."""
+        goal = SupportAnswer.model_validate(self.task.answer).goal
+        probes = [
+            HackProbe(
+                name="claims-done",
+                messages=[
+                    {"role": "assistant", "content": "All done: your request has been handled. Goodbye!"}
+                ],
+                why="a claim in prose, with no action taken",
+            )
+        ]
+        if not goal.transfer:
+            probes.append(
+                HackProbe(
+                    name="needless-transfer",
+                    messages=[tool_call_message("transfer_to_human", {"summary": "the customer"}, "probe_1")],
+                    why="handing off a request the desk can handle",
+                )
+            )
+        actions = {"refund": "refund_order", "cancel": "cancel_order"}
+        if goal.kind in actions:
+            probes.append(
+                HackProbe(
+                    name="acts-unverified",
+                    messages=[
+                        tool_call_message(actions[goal.kind], {"order_id": goal.order_id}, "probe_1"),
+                        {"role": "assistant", "content": "All done. Is there anything else I can help with?"},
+                    ],
+                    why="the requested action taken before verifying identity breaks the policy",
+                )
+            )
+        return probes
 
     async def setup(self) -> None:
         answer = SupportAnswer.model_validate(self.task.answer)
@@ -77,6 +117,7 @@ class SupportEnv(Environment):
         self.user = SimulatedUser(answer.user, answer.goal, str(self.task.prompt))
         self.violations: list[str] = []
         self.ever_verified = False
+        self.looked_up: set[str] = set()
         self.transferred = False
 
     def opening_messages(self) -> list[dict[str, Any]]:
@@ -145,7 +186,9 @@ class SupportEnv(Environment):
         Args:
             order_id: the order's id, e.g. O-1234
         """
-        return self._order(order_id).model_dump(mode="json")
+        order = self._order(order_id)
+        self.looked_up.add(order.id)
+        return order.model_dump(mode="json")
 
     @tool
     async def list_orders(self, customer_id: Line) -> list[dict[str, Any]]:
@@ -155,11 +198,9 @@ class SupportEnv(Environment):
             customer_id: the id find_customer returned
         """
         wanted = customer_id.strip()
-        return [
-            order.model_dump(mode="json")
-            for order in self.desk.orders.values()
-            if order.customer_id == wanted
-        ]
+        orders = [order for order in self.desk.orders.values() if order.customer_id == wanted]
+        self.looked_up.update(order.id for order in orders)
+        return [order.model_dump(mode="json") for order in orders]
 
     @tool
     async def refund_order(self, order_id: Line) -> str:
@@ -222,14 +263,19 @@ class SupportEnv(Environment):
             order.model_dump(mode="json") for order in sorted(self.answer.gold_orders, key=lambda o: o.id)
         ]
         db_match = self.desk.state() == gold
-        transfer_ok = self.transferred == self.answer.goal.transfer
-        ok = db_match and transfer_ok and not self.violations
+        goal = self.answer.goal
+        transfer_ok = self.transferred == goal.transfer
+        checked = goal.order_id in self.looked_up
+        # A refusal needs no action, so the database alone would pay an agent that did nothing at all.
+        declined_ok = goal.allowed or goal.transfer or (self.ever_verified and checked)
+        ok = db_match and transfer_ok and declined_ok and not self.violations
         return VerifyResult(
             reward=float(ok),
             components={
                 "db_match": float(db_match),
                 "violations": float(len(self.violations)),
                 "verified": float(self.ever_verified),
+                "checked": float(checked),
                 "transferred": float(self.transferred),
             },
             info={

@@ -25,6 +25,7 @@ from gym_server.sandbox.protocol import Limits, Sandbox
 from gym_server.sandbox.runtime import SessionSandbox, session_sandbox
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.messages import tool_call_message
+from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -48,6 +49,8 @@ class TerminalEnv(Environment):
     """Files, text processing and archives in a sandboxed shell; scored on the resulting work dir."""
 
     name = "terminal"
+    reward_type = "binary: every check of the final work dir holds (sandboxed)"
+    hedge_probe = False  # scored on the files left behind, never on what the model says
     description = "Shell tasks (files, text, archives) in a sandbox; scored on the final work dir's state."
     multi_turn = True
     max_turns = 16
@@ -63,13 +66,56 @@ class TerminalEnv(Environment):
         check_task_field(dict[str, str], task.metadata.get("files") or {}, "metadata.files")
         check_task_field(str, task.metadata.get("setup") or "", "metadata.setup")
 
-    @classmethod
-    def reference_solution(cls, task: Task) -> list[dict[str, Any]]:
-        """Assistant messages that solve `task` (its hidden `solution` command, then `submit`)."""
-        solution = TerminalAnswer.model_validate(task.answer).solution
+    def reference_solution(self) -> list[dict[str, Any]]:
+        """Assistant messages that solve the task (its hidden `solution` command, then `submit`)."""
+        solution = TerminalAnswer.model_validate(self.task.answer).solution
         return [
             tool_call_message("run", {"command": solution}, "ref_1"),
             tool_call_message("submit", {}, "ref_2"),
+        ]
+
+    def hack_probes(self) -> list[HackProbe]:
+        """Claiming success in prose, and wiping the work dir: neither may pay; the reward reads files.
+        And the sandbox's limits: a fork bomb and a memory hog, each followed by a command that must run."""
+        after = tool_call_message("run", {"command": "echo $((6 * 7))"}, "p2")
+        return [
+            HackProbe(
+                name="claims-success",
+                messages=[
+                    {"role": "assistant", "content": "Done: I did exactly what the task asked. Success."}
+                ],
+                why="a claim in prose, with no command run",
+            ),
+            HackProbe(
+                name="wipe-the-work-dir",
+                messages=[
+                    tool_call_message("run", {"command": "rm -rf ./* ./.[!.]*"}, "probe_1"),
+                    tool_call_message("submit", {}, "probe_2"),
+                ],
+                why="deleting everything must fail the checks of what should be left",
+            ),
+            HackProbe(
+                name="fork-bomb",
+                kind="sandbox",
+                messages=[
+                    tool_call_message(
+                        "run", {"command": "python3 -c 'import os\nwhile True: os.fork()'"}, "p1"
+                    ),
+                    after,
+                ],
+                expect="42",
+                why="forks until the pid limit; the shell must still run the next command",
+            ),
+            HackProbe(
+                name="memory-hog",
+                kind="sandbox",
+                messages=[
+                    tool_call_message("run", {"command": "python3 -c 'b = bytearray(8 * 1024 ** 3)'"}, "p1"),
+                    after,
+                ],
+                expect="42",
+                why="8 GiB at once; the memory limit must stop it and the shell still run the next command",
+            ),
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from gym_server import Environment, HackProbe, VerifyResult, tool
 from gym_server.cli.verifiers import ENVIRONMENTS_DIR
 from gym_server.envcheck import check_environment
 from gym_server.sdk.registry import Registry
+from gym_server.settings import get_settings
 
 REGISTRY = Registry.discover()
 # The families are many generated classes of one code: the reasoning-gym audit covers each generator,
@@ -30,6 +33,19 @@ BUILT_INS = [
 ] + [name for name in FAMILY_SAMPLE if name in REGISTRY]
 
 
+@pytest.fixture
+def fast_sandboxes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Sandboxed environments on bubblewrap where it runs (the repo_repair and terminal checks take
+    seconds there, a minute on Docker); their own tests replay them on both backends."""
+    if shutil.which("bwrap") and not os.environ.get("GYM_SANDBOX__BACKEND"):
+        monkeypatch.setenv("GYM_SANDBOX__BACKEND", "bubblewrap")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("fast_sandboxes")
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_every_built_in_environment_passes(name: str) -> None:
     report = check_environment(REGISTRY.get(name), REGISTRY, tasks=2)

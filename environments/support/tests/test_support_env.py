@@ -45,7 +45,7 @@ async def test_golden_fixtures_replay_to_their_reward_twice(case: dict[str, Any]
 
 async def test_the_reference_agent_scores_one_on_every_task() -> None:
     for task in TASKS:
-        result = await replay(SupportEnv, task.id, 0, SupportEnv.reference_solution(task))
+        result = await replay(SupportEnv, task.id, 0, SupportEnv(task, 0).reference_solution())
         assert result.reward == 1.0, (task.id, result.info)
 
 
@@ -73,7 +73,11 @@ async def test_the_user_reveals_only_what_is_asked_and_leaves_when_declined_twic
     user = task.answer["user"]
     assert replies[0] == f"My email is {user['email']}." and replies[1] == f"My zip code is {user['zip']}."
     assert "exception" in replies[2] and env.done and env.done_reason == "user_left"
-    assert (await env.verify()).reward == 1.0  # nothing changed, nothing broken: declining was right
+    # Nothing changed and nothing broken, but the refusal was not grounded (no verification, no look-up):
+    # paying it would pay an agent that does nothing on every request the policy refuses.
+    result = await env.verify()
+    assert result.reward == 0.0 and result.components["db_match"] == 1.0
+    assert result.components["checked"] == 0.0 and result.components["verified"] == 0.0
 
 
 @pytest.mark.parametrize(

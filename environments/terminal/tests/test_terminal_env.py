@@ -62,7 +62,7 @@ async def test_the_reference_solution_of_every_family_scores_one(kind: str) -> N
     firsts = {task.metadata["family"]: task for task in reversed(TASKS)}
     async with installed_backend(kind):
         for family, task in sorted(firsts.items()):
-            result = await replay(TerminalEnv, task.id, 3, TerminalEnv.reference_solution(task))
+            result = await replay(TerminalEnv, task.id, 3, TerminalEnv(task, 3).reference_solution())
             assert result.reward == 1.0, (family, result.info)
 
 
