@@ -108,6 +108,11 @@ def facts(names: list[str]) -> list[Row]:
     return rows
 
 
+def split_names(tasks: str) -> list[str]:
+    """The split names of a row's task counts ("train 50 / validation 10" -> ["train", "validation"])."""
+    return [part.split()[0] for part in tasks.split(" / ") if part != "-"]
+
+
 def default_envs() -> list[str]:
     from gym_server.sdk.registry import Registry
 
@@ -118,7 +123,11 @@ def default_envs() -> list[str]:
 def evaluate(env_name: str, model: str, args: argparse.Namespace, gym: str, policy: str, work: Path) -> str:
     """One `gym-server eval` run; the cell of the table: success rate (mean reward), or why none."""
     output = work / f"{model}-{env_name.replace('/', '_')}.jsonl"
-    split = "validation" if "validation" in args.splits.get(env_name, ()) else "train"
+    splits = args.splits.get(env_name, [])
+    # validation where there is one, else train, else the only split there is (humaneval: test)
+    split = next(
+        (name for name in ("validation", "train") if name in splits), splits[0] if splits else "train"
+    )
     command = [
         sys.executable, "-m", "gym_server.cli.main", "eval", env_name,
         "--gym", gym, "--policy", policy, "--split", split, "--limit", str(args.limit),
@@ -173,7 +182,7 @@ def render(rows: list[Row], args: argparse.Namespace) -> str:
     )
     note = (
         f"Success rate (reward 1) with the mean reward and the number of episodes scored, over the first "
-        f"{args.limit} validation tasks (train where there is no validation split), one greedy episode "
+        f"{args.limit} validation tasks (else train, else the only split), one greedy episode "
         f"each, at most {args.max_tokens} tokens a turn and {args.max_turns} turns, measured by "
         f"`gym-server eval` on {machine}. Reproduce: `python benchmarks/baselines.py --write-docs`."
     )
@@ -207,7 +216,9 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help=f"replace the table in {DOC.name}")
     args = parser.parse_args()
     rows = facts(args.envs or default_envs())
-    args.splits = {row.env: row.tasks for row in rows}
+    args.splits = {
+        row.env: [part.split()[0] for part in row.tasks.split(" / ") if part != "-"] for row in rows
+    }
     if args.facts_only:
         args.models = []
     else:
