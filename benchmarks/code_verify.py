@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _docs import replace_section
 from _loadgen import HttpConnection, percentile, run
 from _sessions_system import CLK_TCK, HOST, REPO, ManagedProcess, free_port, machine_description
 
@@ -190,14 +191,7 @@ def render(machine: dict[str, str], levels: list[Level], args: argparse.Namespac
 
 
 def write_docs(report: str) -> None:
-    text = DOCS.read_text()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + report + (text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + report
-    DOCS.write_text(text)
+    replace_section(DOCS, SECTION, report)
 
 
 def main() -> None:

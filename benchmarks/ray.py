@@ -31,6 +31,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _docs import replace_section
 from _loadgen import HttpConnection, percentile, run
 from _sessions_system import HOST, REPO, free_port, machine_description
 from _sessions_workload import COUNTER_TASKS, STEP_BODY
@@ -251,14 +252,7 @@ def render(machine: dict[str, str], levels: dict[str, list[Level]], args: argpar
 
 
 def write_docs(report: str) -> None:
-    text = DOCS.read_text()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + report + (text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + report
-    DOCS.write_text(text)
+    replace_section(DOCS, SECTION, report)
 
 
 if __name__ == "__main__":
