@@ -7,7 +7,7 @@ slots (gym_server/scale/sandbox_host.py) and tells the replicas the hosts' name 
 runs the sandbox's operations as calls on that host. Environments do not know the difference.
 
 Failure is always `SandboxUnavailable`, never a hang: every call is bounded (the command's own timeout
-plus `_MARGIN_S`), and a host whose node died answers Ray's actor-died error at once, so the episode's
+plus `_MARGIN_S`), and a host whose node died answers Ray's actor error within seconds, so the episode's
 tool call fails as it would with a killed local sandbox, and verification stores `sandbox_error`.
 """
 
@@ -29,6 +29,7 @@ __all__ = ["RayHostsBackend"]
 
 _MARGIN_S = 15.0  # beyond a command's own deadline: the hop to the host, a cold sandbox start
 _HOSTS_FRESH_S = 1.0  # how long a read of the hosts' loads is used before it is read again
+_ABANDONED_WAIT_S = 300.0  # how long a lease whose caller gave up is waited for, to close it
 _NAMESPACE = "gym-server"  # the entry point's Ray namespace, where the hosts are named
 
 
@@ -196,6 +197,7 @@ class RayHostsBackend:
         self._hosts: list[_Host] = []
         self._read_at = -_HOSTS_FRESH_S
         self._sandboxes: dict[str, RaySandbox] = {}
+        self._abandoned: set[asyncio.Task[None]] = set()
 
     async def start(
         self,
@@ -207,15 +209,21 @@ class RayHostsBackend:
         """A sandbox from the least loaded host with a free slot (the next one if that one just filled)."""
         limits = limits or Limits()
         hosts = await self._read_hosts()
+        gone: list[str] = []
         for host in sorted(hosts, key=lambda host: host.leased / host.slots):
             if host.leased >= host.slots:
                 continue
             ref = host.actor.lease.remote(limits, self.server_name, session_id, egress)
             try:
                 sandbox_id: str | None = await _call(ref, limits.timeout_s + _MARGIN_S, host.where)
-            except SandboxUnavailable:
+            except SandboxUnavailable as exc:
+                self._abandon(host, ref)
                 self._read_at = -_HOSTS_FRESH_S  # read the hosts again: this one may be gone
+                gone.append(exc.detail)
                 continue
+            except asyncio.CancelledError:  # the caller gave up (a verification's deadline, a stop)
+                self._abandon(host, ref)
+                raise
             if sandbox_id is None:
                 host.leased = host.slots  # full since the last read
                 continue
@@ -224,9 +232,25 @@ class RayHostsBackend:
             self._sandboxes[sandbox_id] = sandbox
             return sandbox
         raise SandboxUnavailable(
-            f"no sandbox host has a free slot ({len(hosts)} hosts named {self.hosts_prefix}-*; "
-            "nodes offer slots with `ray start --resources '{\"sandbox\": N}'`)"
+            f"no sandbox host has a free slot ({self.hosts_prefix}-*: "
+            + (", ".join(f"{host.where} {host.leased}/{host.slots} leased" for host in hosts) or "none")
+            + "".join(f"; {why}" for why in gone)
+            + "; nodes offer slots with `ray start --resources '{\"sandbox\": N}'`)"
         )
+
+    def _abandon(self, host: _Host, ref: Any) -> None:
+        """Close the sandbox of a lease nobody waits for any more, once the host has made it: the host
+        would otherwise hold the slot for this replica until it dies."""
+
+        async def close_when_leased() -> None:
+            with contextlib.suppress(SandboxUnavailable, ValueError):
+                sandbox_id = await _call(ref, _ABANDONED_WAIT_S, host.where)
+                if sandbox_id is not None:
+                    await _call(host.actor.close.remote(sandbox_id), _MARGIN_S, host.where)
+
+        task = asyncio.get_running_loop().create_task(close_when_leased())
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
 
     async def check(self) -> None:
         if not await self._read_hosts(fresh=True):

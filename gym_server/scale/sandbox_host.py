@@ -259,7 +259,7 @@ class SandboxHosts:
         """Start a host on each new sandbox node, forget the hosts of nodes gone, read every host's load."""
         offering = {
             node["NodeID"]: int(node["Resources"].get(SLOT_RESOURCE, 0))
-            for node in _ray_nodes()
+            for node in await asyncio.to_thread(_ray_nodes)  # a blocking GCS read: off the router's loop
             if node["Alive"] and node["Resources"].get(SLOT_RESOURCE, 0) >= 1
         }
         for node_id in list(self.hosts):

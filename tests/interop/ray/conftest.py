@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 PYTHON = os.environ.get("GYM_INTEROP_PYTHON", "python3")
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 REPLICA_SLOTS = {"gym_replica": 2}  # each worker node offers two replica slots
-SANDBOX_SLOTS = {"sandbox": 4}  # the sandbox node offers these and no replica slot
+SANDBOX_SLOTS = {"sandbox": 6}  # the sandbox node offers these and no replica slot
 START_WAIT_S = 240.0
 
 
