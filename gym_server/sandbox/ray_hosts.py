@@ -117,23 +117,31 @@ class RaySandbox:
         self.id = sandbox_id
         self.limits = limits
         self.host = host
-        self._closed = False
+        self._closed = False  # by `close()`: the host was told
+        self._broken = False  # a call failed: nothing more runs here, but the lease may still be held
 
     @property
     def closed(self) -> bool:
+        return self._closed or self._broken
+
+    @property
+    def released(self) -> bool:
+        """`close()` ran: the host was told to end the lease."""
         return self._closed
 
     async def call(self, method: str, timeout: float | None, *args: Any) -> Any:  # noqa: ASYNC109
         """`method` of the host on this sandbox, bounded by `timeout` (the limits' default) plus a margin."""
-        if self._closed:
+        if self.closed:
             raise SandboxUnavailable(f"sandbox {self.id} is closed")
-        bound = (self.limits.timeout_s if timeout is None else timeout) + _MARGIN_S
-        ref = getattr(self.host.actor, method).remote(self.id, *args)
         try:
-            return await _call(ref, bound, self.host.where)
+            return await self._host_call(method, timeout, *args)
         except SandboxUnavailable:
-            self._closed = True  # the host or its lease is gone: nothing more will run here
+            self._broken = True
             raise
+
+    async def _host_call(self, method: str, timeout: float | None, *args: Any) -> Any:  # noqa: ASYNC109
+        bound = (self.limits.timeout_s if timeout is None else timeout) + _MARGIN_S
+        return await _call(getattr(self.host.actor, method).remote(self.id, *args), bound, self.host.where)
 
     async def exec(
         self,
@@ -171,11 +179,12 @@ class RaySandbox:
             return False
 
     async def close(self) -> None:
+        """Tell the host to end the lease, also after a failed call (a timeout may leave it held)."""
         if self._closed:
             return
-        with contextlib.suppress(SandboxUnavailable):  # a gone host took the sandbox with it
-            await self.call("close", None)
         self._closed = True
+        with contextlib.suppress(SandboxUnavailable):  # a gone host took the sandbox with it
+            await self._host_call("close", None)
 
 
 class RayHostsBackend:
@@ -282,7 +291,7 @@ class RayHostsBackend:
         hosts = await asyncio.gather(*(self._host(name) for name in names))
         self._hosts = [host for host in hosts if host is not None]
         self._read_at = time.monotonic()
-        self._sandboxes = {key: box for key, box in self._sandboxes.items() if not box.closed}
+        self._sandboxes = {key: box for key, box in self._sandboxes.items() if not box.released}
         return self._hosts
 
     async def _host(self, name: str) -> _Host | None:

@@ -82,6 +82,7 @@ class SandboxHost:
         self._backend: SandboxBackend | None = None
         self._pool: SandboxPool | None = None
         self._leases: dict[str, _Lease] = {}
+        self._starting = 0  # leases being made: their slots are taken while their sandboxes start
         self._process_ids = itertools.count()
 
     async def start(self) -> dict[str, Any]:
@@ -112,14 +113,18 @@ class SandboxHost:
         """A sandbox for `owner`; its id, or None when every slot is leased (the caller tries another)."""
         if self._backend is None or self._pool is None:
             raise SandboxUnavailable("the sandbox host is not started")
-        if len(self._leases) >= self._slots:
+        if len(self._leases) + self._starting >= self._slots:
             return None
-        give_back: contextlib.AsyncExitStack | None = None
-        if limits == self._pool.limits and egress is None and self._pool.idle:
-            give_back = contextlib.AsyncExitStack()
-            sandbox = await give_back.enter_async_context(self._pool.acquire())
-        else:
-            sandbox = await self._backend.start(limits, session_id=session_id, egress=egress)
+        self._starting += 1
+        try:
+            give_back: contextlib.AsyncExitStack | None = None
+            if limits == self._pool.limits and egress is None and self._pool.idle:
+                give_back = contextlib.AsyncExitStack()
+                sandbox = await give_back.enter_async_context(self._pool.acquire())
+            else:
+                sandbox = await self._backend.start(limits, session_id=session_id, egress=egress)
+        finally:
+            self._starting -= 1
         self._leases[sandbox.id] = _Lease(sandbox, owner, give_back)
         return sandbox.id
 
