@@ -1,6 +1,8 @@
-"""A real Ray cluster of three nodes on loopback, a throwaway PostgreSQL database, and `gym-server serve
---ray` in front of it: the fixtures the Ray tests share (one cluster per module: starting Ray and the
-replicas takes most of the time)."""
+"""A real Ray cluster on loopback (a head and two replica nodes; later a node offering `sandbox` slots
+only), throwaway PostgreSQL databases, and `gym-server serve --ray` in front of it: the fixtures the Ray
+tests share (one cluster per module: starting Ray and the replicas takes most of the time). A second
+entry point on the same cluster (`sandbox_stack`) leases its sandboxes from the sandbox node and reaches
+its store through a proxy the tests cut."""
 
 from __future__ import annotations
 
