@@ -5,7 +5,7 @@ On a one-node Ray cluster offering `sandbox` slots, with bubblewrap on both side
 `python3 -c pass`, p50 and p99, in interleaved rounds (local, remote, local, ...), so machine load moves
 both alike. The remote path adds the Ray actor call (loopback here; a network hop on a real cluster).
 
-    python benchmarks/ray_sandbox.py [--rounds 3] [--execs 40]
+    python -P benchmarks/ray_sandbox.py [--rounds 3] [--execs 40]   (-P: benchmarks/ray.py would shadow ray)
 """
 
 from __future__ import annotations
