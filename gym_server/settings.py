@@ -167,7 +167,15 @@ class SandboxSettings(BaseModel):
     (None), each is derived from the cores and memory the server may use (its cgroup's, where lower).
     """
 
-    backend: Literal["auto", "docker", "bubblewrap", "unsafe-no-sandbox"] = "auto"
+    backend: Literal["auto", "docker", "bubblewrap", "unsafe-no-sandbox", "ray"] = "auto"
+    # `ray`: sandboxes leased from the SandboxHost actors of a Ray cluster's `sandbox` nodes (docs/scale.md)
+    host_backend: Literal["auto", "docker", "bubblewrap"] = Field(
+        "auto", description="with backend=ray: the backend each sandbox node's SandboxHost runs"
+    )
+    ray_hosts: str = Field(
+        "gym-sandbox-host",
+        description="with backend=ray: the SandboxHost actors' name prefix (set by serve --ray)",
+    )
     image: str = "gym-sandbox:latest"
     tools_dir: Path | None = Field(
         None,

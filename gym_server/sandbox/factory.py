@@ -32,8 +32,16 @@ PROBE_TIMEOUT_S = 2.0
 _PING_API_VERSION = "1.24"
 
 
-def make_backend(kind: str, *, image: str, server_name: str, tools_dir: Path | None = None) -> SandboxBackend:
-    """The backend named `kind` (docker, bubblewrap or unsafe-no-sandbox), not yet checked.
+def make_backend(
+    kind: str,
+    *,
+    image: str,
+    server_name: str,
+    tools_dir: Path | None = None,
+    ray_hosts: str = "gym-sandbox-host",
+) -> SandboxBackend:
+    """The backend named `kind` (docker, bubblewrap, unsafe-no-sandbox, or ray: leased from the sandbox
+    hosts named `ray_hosts`-*, docs/scale.md), not yet checked.
 
     `tools_dir` (see `toolbox`) is shown read-only in docker and bubblewrap sandboxes; the unsafe runner
     has no mounts of its own and refuses one.
@@ -59,6 +67,10 @@ def make_backend(kind: str, *, image: str, server_name: str, tools_dir: Path | N
         from gym_server.sandbox.unsafe import UnsafeBackend
 
         return UnsafeBackend(server_name=server_name)
+    if kind == "ray":
+        from gym_server.sandbox.ray_hosts import RayHostsBackend
+
+        return RayHostsBackend(server_name=server_name, hosts=ray_hosts)
     raise ValueError(f"unknown sandbox backend {kind!r}")
 
 
@@ -80,7 +92,11 @@ async def select_backend(
     name = server_name or "gym"
     if settings.backend != "auto":
         backend = make_backend(
-            settings.backend, image=settings.image, server_name=name, tools_dir=settings.tools_dir
+            settings.backend,
+            image=settings.image,
+            server_name=name,
+            tools_dir=settings.tools_dir,
+            ray_hosts=settings.ray_hosts,
         )
         try:
             await _check(backend)

@@ -10,6 +10,7 @@ import uvicorn
 
 from gym_server.scale.pool import ReplicaPool
 from gym_server.scale.router import EntryPoint
+from gym_server.scale.sandbox_host import SandboxHosts
 from gym_server.scale.settings import RayScaleSettings
 from gym_server.settings import Settings
 
@@ -35,7 +36,12 @@ def serve_on_ray(settings: Settings, scale: RayScaleSettings) -> None:
         configure_logging=False,
     )
     try:
-        pool = ReplicaPool(scale, replica_env(settings), settings.store.resolved_url(), settings.server_name)
+        env = replica_env(settings)
+        hosts = None
+        if settings.sandbox.backend == "ray":  # sandboxes on the nodes that offer `sandbox` slots
+            hosts = SandboxHosts(f"{settings.server_name}-sandbox-host", settings.sandbox)
+            env["GYM_SANDBOX__RAY_HOSTS"] = hosts.prefix
+        pool = ReplicaPool(scale, env, settings.store.resolved_url(), settings.server_name, hosts)
         config = uvicorn.Config(
             EntryPoint(pool),
             host=settings.host,

@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from gym_server.scale.replica import ReplicaProcess
+from gym_server.scale.sandbox_host import SandboxHosts
 from gym_server.scale.settings import RayScaleSettings
 from gym_server.scale.upstream import UpstreamError, UpstreamPool
 from gym_server.store import repository
@@ -74,8 +75,16 @@ class Replica:
 class ReplicaPool:
     """The replicas of one `serve --ray`, their sessions, and the loop that keeps them healthy."""
 
-    def __init__(self, settings: RayScaleSettings, env: dict[str, str], store_url: str, prefix: str) -> None:
+    def __init__(
+        self,
+        settings: RayScaleSettings,
+        env: dict[str, str],
+        store_url: str,
+        prefix: str,
+        sandbox_hosts: SandboxHosts | None = None,
+    ) -> None:
         self.settings = settings
+        self.sandbox_hosts = sandbox_hosts  # with --sandbox-backend ray: the sandbox nodes' hosts
         self._env = env
         self._store_url = store_url
         self._prefix = prefix
@@ -127,6 +136,7 @@ class ReplicaPool:
             "dead": sorted(self.dead),
             "min_replicas": self.settings.min_replicas,
             "max_replicas": self.settings.max_replicas,
+            "sandbox_hosts": self.sandbox_hosts.describe() if self.sandbox_hosts is not None else [],
         }
 
     def sessions_on(self, name: str) -> int:
@@ -140,6 +150,8 @@ class ReplicaPool:
         that run's entry point (they belong to its job), and a new run may start fewer under those names.
         """
         await asyncio.to_thread(self._mark_previous_run_lost)
+        if self.sandbox_hosts is not None:  # before the replicas, whose backend checks for hosts
+            await self.sandbox_hosts.refresh()
         await asyncio.gather(*(self._launch() for _ in range(self.settings.min_replicas)))
 
     async def run(self) -> None:
@@ -149,12 +161,16 @@ class ReplicaPool:
             await asyncio.gather(*(self.check(replica) for replica in list(self.replicas.values())))
             await asyncio.to_thread(self._mark_lost_pending)
             self._rescale()
+            if self.sandbox_hosts is not None:
+                await self.sandbox_hosts.refresh()
 
     async def aclose(self) -> None:
         """Stop every replica (each records its own live sessions lost on SIGTERM) and the pending starts."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*(self._retire(replica) for replica in list(self.replicas.values())))
+        if self.sandbox_hosts is not None:
+            await self.sandbox_hosts.aclose()
         self._engine.dispose()
 
     async def check(self, replica: Replica) -> bool:
@@ -220,6 +236,8 @@ class ReplicaPool:
         replica.upstream.close()
         with contextlib.suppress(Exception):
             ray.kill(replica.actor, no_restart=True)
+        if self.sandbox_hosts is not None:  # its sandboxes on other nodes have no one left to close them
+            self._spawn(self.sandbox_hosts.release(replica.name))
         log.warning(
             "replica %s (%s) died with %d sessions; they are recorded lost",
             replica.name,
@@ -280,6 +298,8 @@ class ReplicaPool:
             await asyncio.wait_for(_await(replica.actor.stop.remote(_STOP_TIMEOUT_S)), _STOP_TIMEOUT_S + 5)
         with contextlib.suppress(Exception):
             ray.kill(replica.actor, no_restart=True)
+        if self.sandbox_hosts is not None:  # what a stop too slow to close its sandboxes left leased
+            await self.sandbox_hosts.release(replica.name)
         log.warning("replica %s stopped", replica.name)
 
     def _spawn(self, work: Any) -> None:

@@ -63,9 +63,11 @@ class ReplicaProcess:
         host: str = ray_api.util.get_node_ip_address()
         node_id: str = ray_api.get_runtime_context().get_node_id()
         port = _free_port(host)
+        # The cluster's address, for a replica that leases sandboxes from the sandbox hosts (backend ray).
+        env = {**self._env, "RAY_ADDRESS": ray_api.get_runtime_context().gcs_address}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "gym_server", "serve", "--host", host, "--port", str(port)],
-            env=self._env,
+            env=env,
             preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + timeout_s

@@ -66,3 +66,16 @@ def test_the_head_runs_the_entry_point_with_the_replica_resource_the_workers_off
     needed = json.loads(words[words.index("--replica-resources") + 1])
     offered = json.loads(json.loads(cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"]["resources"]))
     assert set(needed) <= set(offered)
+
+
+def test_a_head_leasing_cluster_sandboxes_has_a_worker_group_offering_sandbox_slots() -> None:
+    cluster = next(doc for _, doc in DOCUMENTS if doc["kind"] == "RayCluster")
+    command = " ".join(cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["args"])
+    words = shlex.split(command.replace(";", " ; ").replace("&&", " && "))
+    assert words[words.index("--sandbox-backend") + 1] == "ray"
+    offering = [
+        group
+        for group in cluster["spec"]["workerGroupSpecs"]
+        if "sandbox" in json.loads(json.loads(group["rayStartParams"].get("resources", '"{}"')))
+    ]
+    assert offering and all(group["minReplicas"] >= 1 for group in offering)

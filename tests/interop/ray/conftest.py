@@ -1,6 +1,8 @@
-"""A real Ray cluster of three nodes on loopback, a throwaway PostgreSQL database, and `gym-server serve
---ray` in front of it: the fixtures the Ray tests share (one cluster per module: starting Ray and the
-replicas takes most of the time)."""
+"""A real Ray cluster on loopback (a head and two replica nodes; later a node offering `sandbox` slots
+only), throwaway PostgreSQL databases, and `gym-server serve --ray` in front of it: the fixtures the Ray
+tests share (one cluster per module: starting Ray and the replicas takes most of the time). A second
+entry point on the same cluster (`sandbox_stack`) leases its sandboxes from the sandbox node and reaches
+its store through a proxy the tests cut."""
 
 from __future__ import annotations
 
@@ -23,11 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/interop
 
 from client import get
 from gym_servers import free_port
+from tcp_proxy import CuttableProxy
 
 HERE = Path(__file__).resolve().parent
 PYTHON = os.environ.get("GYM_INTEROP_PYTHON", "python3")
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 REPLICA_SLOTS = {"gym_replica": 2}  # each worker node offers two replica slots
+SANDBOX_SLOTS = {"sandbox": 6}  # the sandbox node offers these and no replica slot
 START_WAIT_S = 240.0
 
 
@@ -73,8 +77,10 @@ class ClusterHost:
         self.process.stdin.flush()
         return self._read()
 
-    def add_node(self) -> str:
-        return str(self.command(add={"num_cpus": 1, "resources": REPLICA_SLOTS})["node_id"])
+    def add_node(self, resources: dict[str, float] | None = None) -> str:
+        """A worker node of one CPU offering `resources` (default: replica slots)."""
+        offered = REPLICA_SLOTS if resources is None else resources
+        return str(self.command(add={"num_cpus": 1, "resources": offered})["node_id"])
 
     def kill_node(self, node_id: str) -> None:
         self.command(kill=node_id)
@@ -92,6 +98,17 @@ class Stack:
     gym: subprocess.Popen[bytes]
     database: str
     marker: str
+
+
+@dataclass
+class SandboxStack:
+    """A second entry point on the same cluster: sandboxes on the sandbox node, its store behind a proxy."""
+
+    stack: Stack
+    url: str
+    gym: subprocess.Popen[bytes]
+    sandbox_node: str
+    store_proxy: CuttableProxy
 
 
 def descendants(pid: int) -> set[int]:
@@ -126,46 +143,99 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
+def create_database(name: str) -> None:
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def start_gym(
+    cluster: ClusterHost,
+    marker: str,
+    port: int,
+    database_url: str,
+    *options: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`gym-server serve --ray` on the cluster, replicas on `gym_replica` slots; cwd outside the checkout,
+    as a user's: nothing is imported from the repository by path."""
+    command = [
+        PYTHON, "-m", "gym_server", "serve", "--ray", "--ray-address", cluster.address,
+        "--host", "127.0.0.1", "--port", str(port), "--database-url", database_url, "--log-level", "warning",
+        "--replica-cpus", "0", "--replica-resources", json.dumps({"gym_replica": 1}), *options,
+    ]  # fmt: skip
+    return subprocess.Popen(command, env={**ray_env(marker), **(env or {})}, cwd="/")
+
+
+def stop_gym(gym: subprocess.Popen[bytes]) -> None:
+    if gym.poll() is None:
+        gym.send_signal(signal.SIGTERM)
+        gym.wait(90)
+
+
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     marker = uuid.uuid4().hex
     database = f"gym_ray_{marker[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(f'CREATE DATABASE "{database}"')
+    create_database(database)
     cluster = ClusterHost(marker)
     gym: subprocess.Popen[bytes] | None = None
     try:
         cluster.add_node()
         cluster.add_node()
         port = free_port()
-        # cwd outside the checkout, as a user's: nothing is imported from the repository by path
-        database_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}"
-        command = [
-            PYTHON, "-m", "gym_server", "serve", "--ray", "--ray-address", cluster.address,
-            "--host", "127.0.0.1", "--port", str(port), "--database-url", database_url,
-            "--sandbox-backend", "bubblewrap", "--log-level", "warning",
+        gym = start_gym(
+            cluster, marker, port, f"postgresql+psycopg://postgres@127.0.0.1:5432/{database}",
+            "--sandbox-backend", "bubblewrap",
             "--workers", "2", "--max-workers", "3", "--target-sessions", "2",
-            "--replica-cpus", "0", "--replica-resources", json.dumps({"gym_replica": 1}),
-        ]  # fmt: skip
-        gym = subprocess.Popen(
-            command,
-            env=ray_env(marker),
-            cwd="/",
-        )
+        )  # fmt: skip
         stack = Stack(cluster, f"http://127.0.0.1:{port}", gym, database, marker)
         wait_for(lambda: len(replicas(stack)["replicas"]) == 2, START_WAIT_S, "two replicas up", gym)
         yield stack
     finally:
-        if gym is not None and gym.poll() is None:
-            gym.send_signal(signal.SIGTERM)
-            gym.wait(90)
+        if gym is not None:
+            stop_gym(gym)
         cluster.shutdown()
-        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        drop_database(database)
+
+
+@pytest.fixture(scope="module")
+def sandbox_stack(stack: Stack) -> Iterator[SandboxStack]:
+    """One replica (on a `gym_replica` node) whose sandboxes run on a node that offers `sandbox` slots only,
+    and whose store (its own database) is reached through a proxy the tests cut."""
+    database = f"gym_ray_sbx_{stack.marker[:12]}"
+    create_database(database)
+    proxy = CuttableProxy(("127.0.0.1", 5432))
+    gym: subprocess.Popen[bytes] | None = None
+    try:
+        sandbox_node = stack.cluster.add_node(SANDBOX_SLOTS)
+        port = free_port()
+        gym = start_gym(
+            stack.cluster, stack.marker, port,
+            f"postgresql+psycopg://postgres@127.0.0.1:{proxy.port}/{database}?connect_timeout=2",
+            "--sandbox-backend", "ray", "--workers", "1", "--max-workers", "1",
+            env={"GYM_STORE__COMMIT_TIMEOUT_S": "2", "GYM_SANDBOX__HOST_BACKEND": "bubblewrap"},
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: len(replicas_at(url)["replicas"]) == 1, START_WAIT_S, "its replica up", gym)
+        yield SandboxStack(stack, url, gym, sandbox_node, proxy)
+    finally:
+        if gym is not None:
+            stop_gym(gym)
+        proxy.close()
+        drop_database(database)
 
 
 def replicas(stack: Stack) -> dict[str, Any]:
-    status, body = get(stack.url, "/v1/replicas")
+    return replicas_at(stack.url)
+
+
+def replicas_at(url: str) -> dict[str, Any]:
+    status, body = get(url, "/v1/replicas")
     assert status == 200, body
     return dict(body)
 

@@ -7,7 +7,12 @@ leave their sessions stored `lost` (acknowledged closes intact), their clients 4
 pointer to the stored trajectory (a client stepping the dead replica directly cannot connect, and
 falls back to the entry point), new sessions on the living replicas, the replica replaced, and the dead
 replica's bubblewrap sandbox gone with it; and no process of the cluster or its replicas outlives the
-run. The tests run in order on one cluster.
+run. A second entry point on the same cluster (`sandbox_stack`: `--sandbox-backend ray`, a node offering
+`sandbox` slots and no replica slot, its store behind a proxy the test cuts) proves that sandboxes run on
+the sandbox node and score, that a killed replica's sandboxes there are released, that a killed sandbox
+node fails the episode with `sandbox_error` and leaves nothing running, and that a dead PostgreSQL
+answers 503 with `Retry-After` through the entry point and loses nothing acknowledged. The tests run in
+order on one cluster.
 """
 
 from __future__ import annotations
@@ -20,30 +25,35 @@ from typing import Any
 
 import pytest
 from client import get, request, tool_call
-from conftest import Stack, descendants, marked_processes, replicas, wait_for
+from conftest import SandboxStack, Stack, descendants, marked_processes, replicas, replicas_at, wait_for
 
 RECOVERY_WAIT_S = 120.0
+HUMANEVAL_TASK = "humaneval-000"  # has_close_elements
+HUMANEVAL_SOLUTION = (
+    "```python\ndef has_close_elements(numbers, threshold):\n"
+    "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1 :])\n```"
+)
 
 
-def create(stack: Stack) -> tuple[str, str]:
-    """A new counter session through the entry point: its id and the replica that holds it."""
-    status, headers, body = request(
-        stack.url, "POST", "/v1/sessions", {"env": "counter", "task_id": "counter-0001"}
-    )
+def create(
+    stack: Stack | SandboxStack, env: str = "counter", task_id: str = "counter-0001"
+) -> tuple[str, str]:
+    """A new session through the entry point: its id and the replica that holds it."""
+    status, headers, body = request(stack.url, "POST", "/v1/sessions", {"env": env, "task_id": task_id})
     assert status == 201, body
     return body["session_id"], headers["x-gym-replica"]
 
 
-def step(stack: Stack, session_id: str) -> tuple[int, dict[str, str], Any]:
+def step(stack: Stack | SandboxStack, session_id: str) -> tuple[int, dict[str, str], Any]:
     return request(stack.url, "POST", f"/v1/sessions/{session_id}/step", tool_call("add", {"amount": 1}))
 
 
-def close(stack: Stack, session_id: str) -> None:
+def close(stack: Stack | SandboxStack, session_id: str) -> None:
     status, _, body = request(stack.url, "DELETE", f"/v1/sessions/{session_id}")
     assert status == 204, body
 
 
-def stored(stack: Stack, session_id: str, status: str) -> dict[str, Any]:
+def stored(stack: Stack | SandboxStack, session_id: str, status: str) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     def has_status() -> bool:
@@ -192,6 +202,131 @@ def test_a_killed_node_loses_its_replicas_sessions_and_is_survived(stack: Stack)
     _assert_lost_and_replaced(stack, victim["name"], live_id, closed_id)
     time.sleep(1)
     assert not _alive(victim["pid"])  # the node's replica went with it
+
+
+def run_python(stack: SandboxStack, session_id: str, code: str) -> str:
+    status, _, body = request(
+        stack.url, "POST", f"/v1/sessions/{session_id}/step", tool_call("run_python", {"code": code})
+    )
+    assert status == 200, body
+    return str(body["messages"][0]["content"])
+
+
+def sandbox_host(stack: SandboxStack) -> dict[str, Any]:
+    hosts = replicas_at(stack.url)["sandbox_hosts"]
+    assert len(hosts) == 1, hosts
+    return dict(hosts[0])
+
+
+def leased_by(stack: SandboxStack, owner: str) -> dict[str, Any]:
+    """The host once the entry point's view (read every check) shows `owner` holding a lease."""
+    wait_for(lambda: owner in sandbox_host(stack)["owners"], 30, f"a lease of {owner} shown")
+    return sandbox_host(stack)
+
+
+def submit_humaneval(stack: SandboxStack) -> tuple[str, dict[str, Any]]:
+    """A humaneval episode with a correct solution; its verification runs in a sandbox."""
+    session_id, _ = create(stack, "humaneval", HUMANEVAL_TASK)
+    message = {"message": {"role": "assistant", "content": HUMANEVAL_SOLUTION}}
+    status, _, body = request(stack.url, "POST", f"/v1/sessions/{session_id}/step", message)
+    assert status == 200 and body["done"], body
+    close(stack, session_id)
+    return session_id, body
+
+
+def test_a_dead_store_answers_503_through_the_entry_point_and_loses_nothing(
+    sandbox_stack: SandboxStack,
+) -> None:
+    """The store's PostgreSQL cut off (a proxy in front of it): creates and closes answer 503
+    `store-unavailable` with `Retry-After`; once it is back, the close repeated is confirmed and every
+    acknowledged trajectory is stored."""
+    closed_id, _ = create(sandbox_stack)
+    assert step(sandbox_stack, closed_id)[0] == 200
+    close(sandbox_stack, closed_id)
+    live_id, _ = create(sandbox_stack)
+    assert step(sandbox_stack, live_id)[0] == 200
+    sandbox_stack.store_proxy.cut()
+    try:
+        refused = [
+            request(sandbox_stack.url, "POST", "/v1/sessions", {"env": "counter", "task_id": "counter-0001"}),
+            request(sandbox_stack.url, "DELETE", f"/v1/sessions/{live_id}"),
+        ]
+    finally:
+        sandbox_stack.store_proxy.restore()
+    for status, headers, body in refused:
+        assert status == 503, body
+        assert headers["retry-after"] == "5"
+        assert headers["content-type"] == "application/problem+json"
+        assert body["type"] == "urn:gym-server:problem:store-unavailable", body
+    status, _, body = request(sandbox_stack.url, "DELETE", f"/v1/sessions/{live_id}")  # the retry confirms
+    assert status == 204, body
+    assert stored(sandbox_stack, closed_id, "abandoned")["num_turns"] == 1
+    assert stored(sandbox_stack, live_id, "abandoned")["num_turns"] == 1
+
+
+def test_sandboxes_run_on_the_sandbox_node(sandbox_stack: SandboxStack) -> None:
+    """The replica's node offers no `sandbox` slot: its code runs under the host on the sandbox node."""
+    state = replicas_at(sandbox_stack.url)
+    host = sandbox_host(sandbox_stack)
+    assert host["node_id"] == sandbox_stack.sandbox_node and host["backend"] == "bubblewrap"
+    [replica] = state["replicas"]
+    assert replica["node_id"] != sandbox_stack.sandbox_node
+    session_id, body = submit_humaneval(sandbox_stack)
+    assert body["reward"] == 1.0, body
+    assert stored(sandbox_stack, session_id, "completed")["reward"] == 1.0
+    repl_id, _ = create(sandbox_stack, "python_repl", "python_repl-0001")
+    assert "42" in run_python(sandbox_stack, repl_id, "print(6 * 7)")
+    leased_by(sandbox_stack, replica["name"])
+    assert descendants(host["pid"]), "the interpreter runs under the sandbox host"
+    assert not descendants(replica["pid"]), "nothing runs under the replica"
+    close(sandbox_stack, repl_id)
+
+
+def test_a_killed_replica_releases_its_sandboxes_on_the_sandbox_node(sandbox_stack: SandboxStack) -> None:
+    [replica] = replicas_at(sandbox_stack.url)["replicas"]
+    repl_id, _ = create(sandbox_stack, "python_repl", "python_repl-0001")
+    assert "42" in run_python(sandbox_stack, repl_id, "print(6 * 7)")
+    host = leased_by(sandbox_stack, replica["name"])
+    running = descendants(host["pid"])
+    assert running
+    os.kill(replica["pid"], signal.SIGKILL)
+    wait_for(
+        lambda: replica["name"] not in sandbox_host(sandbox_stack)["owners"],
+        RECOVERY_WAIT_S,
+        f"{replica['name']}'s sandboxes released",
+    )
+    wait_for(lambda: not any(_alive(pid) for pid in running), 30, "its interpreter gone")
+    assert stored(sandbox_stack, repl_id, "lost")["server_name"] == replica["name"]
+    wait_for(
+        lambda: any(entry["name"] != replica["name"] for entry in replicas_at(sandbox_stack.url)["replicas"]),
+        RECOVERY_WAIT_S,
+        "a replacement replica",
+    )
+
+
+def test_a_killed_sandbox_node_fails_the_episode_with_sandbox_error(sandbox_stack: SandboxStack) -> None:
+    """Mid-episode: the interpreter's next cell says the sandbox is gone, verification stores
+    `sandbox_error` (not a hang, not a 500), and nothing of the node's sandboxes is left running."""
+    repl_id, _ = create(sandbox_stack, "python_repl", "python_repl-0001")
+    assert "42" in run_python(sandbox_stack, repl_id, "print(6 * 7)")
+    host = sandbox_host(sandbox_stack)
+    running = descendants(host["pid"]) | {host["pid"]}
+    sandbox_stack.stack.cluster.kill_node(sandbox_stack.sandbox_node)
+    wait_for(lambda: not _alive(host["pid"]), 30, "the sandbox host gone with its node")
+    answer = run_python(sandbox_stack, repl_id, "print(1)")
+    assert "the Python sandbox is unavailable" in answer and "gone" in answer, answer
+    session_id, body = submit_humaneval(sandbox_stack)
+    assert body["reward"] == 0.0, body
+    row = stored(sandbox_stack, session_id, "completed")
+    assert row["failure"] == "sandbox_error", row
+    close(sandbox_stack, repl_id)
+    wait_for(lambda: not any(_alive(pid) for pid in running), 30, "the node's sandboxes gone")
+    wait_for(lambda: not replicas_at(sandbox_stack.url)["sandbox_hosts"], 30, "the host forgotten")
+
+
+def test_the_sandbox_entry_point_stops_cleanly(sandbox_stack: SandboxStack) -> None:
+    sandbox_stack.gym.send_signal(signal.SIGTERM)
+    assert sandbox_stack.gym.wait(90) == 0
 
 
 def test_nothing_outlives_the_run(stack: Stack) -> None:
