@@ -19,7 +19,7 @@ blob. Three kinds of process, all of the sandbox user, share the work:
 Forking from an interpreter that has already started and imported what a worker needs replaces the
 interpreter start and imports that a fresh worker process cost per test. The judge imports only C
 modules (or the few that cost nothing more): `json`, `pickle`, `subprocess`, `tempfile`, `ctypes`,
-`signal`, `hmac` and `typing` would cost more than the rest of the harness's CPU together.
+`signal`, `hmac`/`hashlib` (OpenSSL) and `typing` would cost more than the rest of the harness's CPU together.
 
 Results come back as pickles of plain builtins only (no classes, so no always-equal `__eq__`),
 unpickled with no globals allowed. Whatever the candidate does (exit early, raise SystemExit, call
@@ -30,16 +30,16 @@ can only fail tests or prevent the verdict: 0.
 from __future__ import annotations
 
 import _ctypes
-import _hashlib
 import _json
 import _pickle
+import _sha256  # type: ignore[import-not-found]  # builtin; no stub
 import _socket
+import _struct
 import builtins
 import io
 import marshal
 import os
 import select
-import struct
 import sys
 import time
 
@@ -150,11 +150,11 @@ def _serve_candidate(rd: int, wr: int) -> None:
         return b"".join(chunks)
 
     def recv() -> Any:
-        return _pickle.loads(read_exact(struct.unpack(">I", read_exact(4))[0]))
+        return _pickle.loads(read_exact(_struct.unpack(">I", read_exact(4))[0]))
 
     def send(message: tuple[Any, ...]) -> None:
         data = _pickle.dumps(message, protocol=4)
-        writer.write(struct.pack(">I", len(data)) + data)
+        writer.write(_struct.pack(">I", len(data)) + data)
 
     _, source, folder = recv()
     os.chdir(folder)
@@ -203,9 +203,9 @@ def _factory(channel: _socket.socket) -> None:
                 os._exit(0)
         os.close(to_worker[0])
         os.close(from_worker[1])
-        fds = struct.pack("ii", to_worker[1], from_worker[0])
+        fds = _struct.pack("ii", to_worker[1], from_worker[0])
         try:
-            channel.sendmsg([struct.pack(">i", pid)], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+            channel.sendmsg([_struct.pack(">i", pid)], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         except OSError:
             os._exit(0)
         finally:
@@ -247,12 +247,12 @@ class Factory:
             data, ancillary, _, _ = self.channel.recvmsg(4, _socket.CMSG_SPACE(8))
         except OSError:
             raise CandidateError("the worker factory is gone") from None
-        fds = [fd for level, kind, raw in ancillary for fd in struct.unpack("ii", raw[:8])]
+        fds = [fd for level, kind, raw in ancillary for fd in _struct.unpack("ii", raw[:8])]
         if len(data) != 4 or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
             raise CandidateError("the worker factory is gone")
-        return struct.unpack(">i", data)[0], fds[0], fds[1]
+        return _struct.unpack(">i", data)[0], fds[0], fds[1]
 
 
 class Worker:
@@ -271,7 +271,7 @@ class Worker:
 
     def _send(self, message: tuple[Any, ...]) -> None:
         body = _pickle.dumps(message, protocol=4)
-        data = memoryview(struct.pack(">I", len(body)) + body)
+        data = memoryview(_struct.pack(">I", len(body)) + body)
         try:
             while data:
                 data = data[os.write(self.to_fd, data) :]
@@ -294,7 +294,7 @@ class Worker:
 
     def _recv(self) -> Any:
         until = min(self.deadline, time.monotonic() + self.call_timeout)
-        size = struct.unpack(">I", self._read(4, until))[0]
+        size = _struct.unpack(">I", self._read(4, until))[0]
         if size > MAX_REPLY:
             raise CandidateError(f"the candidate returned more than {MAX_REPLY} bytes")
         try:
@@ -413,6 +413,16 @@ def _json_text(value: Any) -> str:
     return "{" + ", ".join(f"{_json_text(str(k))}: {_json_text(v)}" for k, v in value.items()) + "}"
 
 
+def _hmac_sha256(key: bytes, message: bytes) -> str:
+    """RFC 2104's HMAC with the interpreter's builtin SHA-256 (`_hashlib` would load OpenSSL: a few ms)."""
+    block = 64
+    if len(key) > block:
+        key = _sha256.sha256(key).digest()
+    key = key.ljust(block, b"\0")
+    inner = _sha256.sha256(bytes(byte ^ 0x36 for byte in key) + message).digest()
+    return str(_sha256.sha256(bytes(byte ^ 0x5C for byte in key) + inner).hexdigest())
+
+
 def main() -> None:
     if not _dumpable(False):
         sys.stderr.write("gym-harness: cannot make the judge non-dumpable (prctl); refusing to run\n")
@@ -458,7 +468,7 @@ def main() -> None:
     # parent's /proc entry, read what is written and write their own lines: the verdict is therefore
     # authenticated with a key that only this process and the host ever held.
     body = _json_text(verdict)
-    mac = _hashlib.hmac_digest(request["key"].encode(), body.encode(), "sha256").hex()
+    mac = _hmac_sha256(request["key"].encode(), body.encode())
     out.write(f"\nGYM-VERDICT {mac} {body}\n")
     out.flush()
 

@@ -257,8 +257,8 @@ async def test_the_key_is_nowhere_the_candidate_can_read(pool: SandboxPool) -> N
     key = "5eed" * 16
     control = "0123456789abcdef" * 4
     test = f"found = solution.hunt()\nassert {control!r} in found\nassert {key!r} not in found, 'key leaked'"
-    request = {"key": key, "candidate": KEY_HUNTER, "setup": "", "tests": [test, test], "io_cases": []}
-    request |= {"entry_point": None, "timeout_s": 20, "call_timeout_s": 15}
+    request: dict[str, object] = {"key": key, "candidate": KEY_HUNTER, "tests": [test, test], "io_cases": []}
+    request |= {"setup": "", "entry_point": None, "timeout_s": 20, "call_timeout_s": 15}
     raw = await pool.run(list(HARNESS_ARGV), stdin=encode_request(request), timeout=25)
     verdict = _verdict(raw.stdout, key)
     assert verdict is not None, raw.stderr[-500:]
