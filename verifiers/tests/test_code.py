@@ -280,7 +280,7 @@ async def test_a_wrecked_harness_does_not_reach_the_next_verification(pool: Sand
         "            except OSError:\n"
         "                pass\n"
         "        time.sleep(0.005)\n"
-        "def add(a, b):\n    return a + b\n"
+        "def add(a, b):\n    return 0\n"
     )
     assert await score(pool, wrecker) == 0.0
     assert await score(pool, ADD) == 1.0
