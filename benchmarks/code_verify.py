@@ -321,7 +321,7 @@ def write_docs(report: str) -> None:
         end = text.find("\n## ", start + len(SECTION))
         section = text[start : end if end >= 0 else len(text)]
         if KEPT in section:
-            kept = "\n" + section[section.index(KEPT) :].rstrip("\n") + "\n"
+            kept = "\n" + section[section.index(KEPT) :].rstrip("\n") + "\n\n"
     replace_section(DOCS, SECTION, report + kept)
 
 
