@@ -55,7 +55,7 @@ MAX_REPLY = 64 << 20
 SIGKILL = 9  # Linux's; the `signal` module's import (enum) would cost more than this whole constant saves
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 NOT_ISOLATED_EXIT = 3  # the judge could not make itself non-dumpable: the host reports a sandbox failure
-_WORKER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+_WORKER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
 
 
 class CandidateError(Exception):
