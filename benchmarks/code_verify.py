@@ -9,6 +9,9 @@ cores, and the load average is printed with every row because the machine may be
 
     python benchmarks/code_verify.py [--backends bubblewrap,docker] [--pool-sizes default,8] [--duration 10]
         [--rounds 2] [--quick] [--write-docs]
+
+`--profile [--baseline REF]` instead splits one verification's CPU into its steps, in one warm sandbox
+of each backend without a server (see `profile`); `--baseline` adds the harness as it was at git REF.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -35,6 +40,7 @@ DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "## Code verification (`benchmarks/code_verify.py`)"
 TASKS = REPO / "gym_server" / "datasets" / "humaneval" / "test.jsonl"
 TARGETS = {"bubblewrap": 50.0, "docker": 25.0}
+KEPT = "### Where the CPU goes"  # the analysis below the table, which --write-docs keeps
 
 
 @dataclass
@@ -190,8 +196,133 @@ def render(machine: dict[str, str], levels: list[Level], args: argparse.Namespac
     return "\n".join(lines)
 
 
+def engine_cpu_seconds() -> float:
+    """CPU of the Docker engine's processes and of the children they reaped (runc, exec'd programs)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if name in ("dockerd", "containerd") or name.startswith("containerd-shim"):
+            total += sum(int(value) for value in text.rsplit(")", 1)[1].split()[11:15])
+    return total / CLK_TCK
+
+
+def verify_request(task: dict[str, Any]) -> dict[str, Any]:
+    """The harness request that the humaneval environment makes for a task's canonical solution."""
+    return {
+        "key": "0" * 64,
+        "candidate": f"{task['prompt']}{task['canonical_solution']}",
+        "setup": f"{task['prompt']}\n{task['test']}",
+        "tests": ["check(candidate)"],
+        "io_cases": [],
+        "entry_point": task["entry_point"],
+        "timeout_s": 20.0,
+        "call_timeout_s": 10.0,
+    }
+
+
+async def profile_backend(
+    name: str, baseline: tuple[str, str] | None, repeats: int
+) -> list[tuple[str, float, float]]:
+    """(step, CPU ms, wall ms) per step, each the mean of `repeats` runs in one warm sandbox.
+
+    The HumanEval rows cycle through the tasks in order (a seventh of them import `typing`, which
+    costs the harness and the worker about 10 ms each). CPU is this process's and its reaped
+    children's (bubblewrap sandboxes are our children) plus, for Docker, the engine's (dockerd,
+    containerd and the shims, which reap the exec'd processes): other Docker users on the machine
+    count too, so Docker's rows are an upper bound.
+    """
+    from gym_server.sandbox.bubblewrap import BubblewrapBackend
+    from gym_server.sandbox.docker import DockerBackend
+    from gym_server.sandbox.protocol import Limits
+    from gym_server.verifiers.code import HARNESS_ARGV, encode_request
+
+    requests = [verify_request(json.loads(line)["answer"]) for line in TASKS.read_text().splitlines()]
+    empty = {**requests[0], "setup": "", "tests": []}
+    steps: list[tuple[str, list[str], list[bytes | None]]] = [
+        ("exec `true`", ["true"], [None]),
+        ("exec `python3 -I -S -c pass`", ["python3", "-I", "-S", "-c", "pass"], [None]),
+        ("exec the harness, nothing to run", list(HARNESS_ARGV), [encode_request(empty)]),
+        ("exec the harness, one HumanEval task", list(HARNESS_ARGV), [encode_request(r) for r in requests]),
+    ]
+    if baseline is not None:
+        ref, old = baseline
+        encode = (lambda r: json.dumps(r).encode()) if "json.loads(sys.stdin" in old else encode_request
+        label = f"exec the harness at {ref}, one HumanEval task"
+        steps.append((label, ["python3", "-I", "-S", "-c", old], [encode(r) for r in requests]))
+    backend = (
+        BubblewrapBackend(server_name="profile")
+        if name == "bubblewrap"
+        else DockerBackend(server_name="profile")
+    )
+    rows: list[tuple[str, float, float]] = []
+
+    def cpu() -> float:
+        times = os.times()
+        own = times.user + times.system + times.children_user + times.children_system
+        return own + (engine_cpu_seconds() if name == "docker" else 0.0)
+
+    try:
+        sandbox = await backend.start(Limits(timeout_s=30))
+        try:
+            for label, argv, stdins in steps:
+                await sandbox.exec(argv, stdin=stdins[0])
+                cpu_before, began = cpu(), time.perf_counter()
+                for index in range(repeats):
+                    result = await sandbox.exec(argv, stdin=stdins[index % len(stdins)])
+                    if result.exit_code != 0:
+                        raise SystemExit(f"{label} failed: {result.stderr[-300:]!r}")
+                wall = time.perf_counter() - began
+                rows.append((label, (cpu() - cpu_before) / repeats * 1000, wall / repeats * 1000))
+            cpu_before, began = cpu(), time.perf_counter()
+            for _ in range(repeats):
+                await sandbox.scrub()
+            rows.append(("scrub (the pool's, after every loan)", (cpu() - cpu_before) / repeats * 1000,
+                         (time.perf_counter() - began) / repeats * 1000))  # fmt: skip
+        finally:
+            await sandbox.close()
+    finally:
+        await backend.aclose()
+    return rows
+
+
+def profile(backends: list[str], baseline: str | None, repeats: int) -> str:
+    old = None
+    if baseline:
+        source = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{baseline}:verifiers/_code_harness.py"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        old = (baseline, source)
+    lines = [
+        f"Profile ({load_average()} load average at start; {repeats} runs per step, one warm sandbox, no "
+        "server; CPU: this process and its reaped children, plus the Docker engine's processes for Docker):",
+        "",
+        "| backend | step | CPU ms | wall ms |",
+        "|---|---|---|---|",
+    ]
+    for name in backends:
+        for label, cpu_ms, wall_ms in run(lambda n=name: profile_backend(n, old, repeats)):
+            lines.append(f"| {name} | {label} | {cpu_ms:.1f} | {wall_ms:.1f} |")
+            print(lines[-1], flush=True)
+    lines.append(f"\nload average at the end: {load_average()}")
+    return "\n".join(lines)
+
+
 def write_docs(report: str) -> None:
-    replace_section(DOCS, SECTION, report)
+    """Replace the measured part of the section; its hand-written analysis (from `KEPT` on) stays."""
+    text = DOCS.read_text(encoding="utf-8")
+    kept = ""
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = text.find("\n## ", start + len(SECTION))
+        section = text[start : end if end >= 0 else len(text)]
+        if KEPT in section:
+            kept = "\n" + section[section.index(KEPT) :].rstrip("\n") + "\n\n"
+    replace_section(DOCS, SECTION, report + kept)
 
 
 def main() -> None:
@@ -208,7 +339,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="3 s per level, one round")
     parser.add_argument("--write-docs", action="store_true", help=f"replace '{SECTION}' in {DOCS}")
+    parser.add_argument("--profile", action="store_true", help="CPU per step of one verification")
+    parser.add_argument("--baseline", help="with --profile: also the harness at this git ref")
+    parser.add_argument("--repeats", type=int, default=30, help="with --profile: runs per step")
     args = parser.parse_args()
+    if args.profile:
+        print(profile(args.backends.split(","), args.baseline, args.repeats))
+        return
     if args.quick:
         args.duration, args.rounds = 3.0, 1
     machine = machine_description()

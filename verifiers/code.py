@@ -10,8 +10,11 @@ process per test, so nothing it does can reach the tests, the comparisons or the
 - *printing a fake "PASS" or a fake verdict*: the candidate's output goes nowhere, and the verdict line
   carries an HMAC under a random key the candidate never sees, so even a line injected into the
   harness's output pipe (reachable through /proc of a parent process) is ignored.
-- *reading or editing the test file*: there is none; the tests reach the harness on its stdin, read
-  before any candidate code runs, in a non-dumpable process whose memory and descriptors are off limits.
+- *reading or editing the test file, reading the key*: there is no file; the tests and the key reach
+  the harness's judge process on its stdin, read before any candidate code runs, in a non-dumpable
+  process whose memory and descriptors are off limits. The candidate runs in workers forked from a
+  factory process that the judge forked *before* reading the request, so no worker's memory ever
+  held the key or the tests (see `_code_harness.py`).
 - *objects whose `__eq__` is always true*: results cross as pickles of plain builtins (exact types),
   unpickled with no classes allowed, and are compared in the harness.
 - *monkeypatching the checker, `builtins` or `sys.modules`*: the candidate's process is not the checker's.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import marshal
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -42,9 +46,21 @@ from gym_server.sandbox.protocol import Limits, Sandbox
 from gym_server.store.records import FailureClass
 from gym_server.verifiers.result import Failure, VerifierResult
 
-__all__ = ["HARNESS_SOURCE", "CaseOutcome", "CodeReport", "extract_code", "run_code_tests", "verify_code"]
+__all__ = [
+    "HARNESS_ARGV",
+    "HARNESS_SOURCE",
+    "CaseOutcome",
+    "CodeReport",
+    "encode_request",
+    "extract_code",
+    "run_code_tests",
+    "verify_code",
+]
 
 HARNESS_SOURCE = (Path(__file__).resolve().parent / "_code_harness.py").read_text(encoding="utf-8")
+# -I: no user site and no sandbox-writable folder on sys.path; -S: the site module's import is CPU we skip.
+HARNESS_ARGV = ("python3", "-I", "-S", "-c", HARNESS_SOURCE)
+_NOT_ISOLATED_EXIT = 3  # the harness could not make itself non-dumpable (`_code_harness.NOT_ISOLATED_EXIT`)
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -127,8 +143,8 @@ async def run_code_tests(
         "timeout_s": timeout_s,
         "call_timeout_s": call_timeout_s,
     }
-    argv = ["python3", "-I", "-S", "-c", HARNESS_SOURCE]
-    payload = json.dumps(request).encode()
+    argv = list(HARNESS_ARGV)
+    payload = encode_request(request)
     try:
         if isinstance(runner, SandboxPool):
             result = await runner.run(argv, stdin=payload, timeout=timeout_s + 5)
@@ -139,6 +155,12 @@ async def run_code_tests(
             error=f"sandbox unavailable: {exc.detail}", failure=FailureClass.SANDBOX_ERROR.value
         )
     verdict = _verdict(result.stdout, key)
+    if verdict is None and result.exit_code == _NOT_ISOLATED_EXIT and not result.timed_out:
+        detail = result.stderr.decode("utf-8", "replace").strip()[:300]
+        return CodeReport(
+            error=f"the sandbox cannot isolate the harness: {detail}",
+            failure=FailureClass.SANDBOX_ERROR.value,
+        )
     if verdict is None or len(verdict.get("results", [])) != total:
         why = "timed out" if result.timed_out else "was killed or interfered with"
         outcomes = [CaseOutcome("error", "no verdict")] * total
@@ -153,6 +175,12 @@ async def run_code_tests(
         report.failure = Failure.INVALID_REFERENCE.value
         report.error = f"the task's own set-up code failed: {verdict['setup_error']}"
     return report
+
+
+def encode_request(request: Mapping[str, Any]) -> bytes:
+    """The harness's stdin: `marshal`, which the harness reads without importing anything (`json` costs
+    it several ms of CPU per verification); the request holds only str, list, dict, float and None."""
+    return marshal.dumps(dict(request))
 
 
 def _verdict(stdout: bytes, key: str) -> dict[str, Any] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,7 +13,15 @@ from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import DockerBackend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, SandboxBackend
-from gym_server.verifiers.code import HARNESS_SOURCE, _verdict, extract_code, run_code_tests, verify_code
+from gym_server.verifiers.code import (
+    HARNESS_ARGV,
+    HARNESS_SOURCE,
+    _verdict,
+    encode_request,
+    extract_code,
+    run_code_tests,
+    verify_code,
+)
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(2, 3) == 5", "assert candidate(-4, 1) == -3", "assert solution.add('a', 'b') == 'ab'"]
@@ -70,6 +77,14 @@ async def test_results_are_deterministic(pool: SandboxPool) -> None:
     assert scores == {1.0}
 
 
+# The harness's judge: the parent of the worker factory, which is the candidate's parent.
+JUDGE = (
+    "import os, signal\n"
+    "def judge():\n"
+    "    with open(f'/proc/{os.getppid()}/stat') as stat:\n"
+    "        return int(stat.read().rsplit(')', 1)[1].split()[1])\n"
+)
+
 HACKS = {
     "exit 0 before the tests": "import sys\nsys.exit(0)\ndef add(a, b):\n    return 0\n",
     "os._exit at import": "import os\nos._exit(0)\n",
@@ -95,7 +110,8 @@ HACKS = {
     ),
     "syntax error that skips collection": "def add(a, b)\n    return a + b\n",
     "infinite loop": "def add(a, b):\n    while True:\n        pass\n",
-    "killing the harness": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+    "killing the worker factory": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+    "killing the judge": JUDGE + "os.kill(judge(), signal.SIGKILL)\ndef add(a, b):\n    return a + b\n",
     "forged result pickle": (
         "import os, pickle, struct\n"
         "data = pickle.dumps(('ok', None))\nfor fd in (3, 4, 5):\n    try:\n"
@@ -111,7 +127,7 @@ async def test_each_hack_scores_zero(pool: SandboxPool, hack: str) -> None:
 
 
 async def test_stopping_the_harness_scores_zero_not_a_failure(pool: SandboxPool) -> None:
-    candidate = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
+    candidate = JUDGE + "for pid in (os.getppid(), judge()):\n    os.kill(pid, signal.SIGSTOP)\n"
     started = time.monotonic()
     result = await verify_code(
         candidate, TESTS, entry_point="add", runner=pool, timeout_s=2, call_timeout_s=1
@@ -184,12 +200,97 @@ async def test_a_forged_or_rewritten_verdict_is_rejected(pool: SandboxPool) -> N
     assert await score(pool, FORGER) == 0.0
     request: dict[str, object] = {"key": "k" * 64, "candidate": FORGER, "tests": TESTS, "entry_point": "add"}
     request |= {"timeout_s": 5, "call_timeout_s": 1}
-    raw = await pool.run(["python3", "-I", "-S", "-c", HARNESS_SOURCE], stdin=json.dumps(request), timeout=10)
+    raw = await pool.run(list(HARNESS_ARGV), stdin=encode_request(request), timeout=10)
     assert any(line.startswith(b"GYM-VERDICT") for line in raw.stdout.splitlines())
     # Where /proc lets the candidate read the harness's pipe (Docker), it may steal the genuine verdict before
     # it reaches us, so it need not be there; what must hold is that no line it wrote carries a valid MAC.
     verdict = _verdict(raw.stdout, "k" * 64)
     assert verdict is None or any(status != "pass" for status, _ in verdict["results"])
+
+
+KEY_HUNTER = r"""
+import glob, os, re
+HEX = re.compile(rb'[0-9a-f]{64}')
+CONTROL = '0123456789abcdef' * 4  # in this program's own memory: proves the search works
+def grab(found, path, size=1 << 20):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            found.update(m.decode() for m in HEX.findall(os.read(fd, size)))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+def memory(found, pid):
+    try:
+        with open(f'/proc/{pid}/maps') as maps, open(f'/proc/{pid}/mem', 'rb', 0) as mem:
+            for line in maps:
+                span, mode = line.split()[:2]
+                start, end = (int(x, 16) for x in span.split('-'))
+                if 'r' in mode:
+                    try:
+                        mem.seek(start)
+                        found.update(m.decode() for m in HEX.findall(mem.read(end - start)))
+                    except (OSError, ValueError, OverflowError):
+                        pass
+    except OSError:
+        pass
+def hunt():
+    found = set()
+    for folder in glob.glob('/proc/[0-9]*'):
+        pid = folder.split('/')[2]
+        for name in ('environ', 'cmdline', 'fd/0', 'fd/1', 'fd/2'):
+            grab(found, f'{folder}/{name}')
+        for fd in glob.glob(f'{folder}/fd/*'):
+            grab(found, fd)
+        memory(found, pid)
+    return sorted(found)
+"""
+
+
+async def test_the_key_is_nowhere_the_candidate_can_read(pool: SandboxPool) -> None:
+    """Every process's memory, environ and descriptors that the candidate can open hold no key.
+
+    The key is fixed here so the search can name it; the test that checks runs in the judge, which
+    the candidate cannot read (its own memory holds the control string, which it must find).
+    """
+    key = "5eed" * 16
+    control = "0123456789abcdef" * 4
+    test = f"found = solution.hunt()\nassert {control!r} in found\nassert {key!r} not in found, 'key leaked'"
+    request: dict[str, object] = {"key": key, "candidate": KEY_HUNTER, "tests": [test, test], "io_cases": []}
+    request |= {"setup": "", "entry_point": None, "timeout_s": 20, "call_timeout_s": 15}
+    raw = await pool.run(list(HARNESS_ARGV), stdin=encode_request(request), timeout=25)
+    verdict = _verdict(raw.stdout, key)
+    assert verdict is not None, raw.stderr[-500:]
+    assert verdict["results"] == [["pass", ""], ["pass", ""]]
+
+
+async def test_a_wrecked_harness_does_not_reach_the_next_verification(pool: SandboxPool) -> None:
+    wrecker = JUDGE + (
+        "import glob, time\n"
+        "os.kill(os.getppid(), signal.SIGKILL)  # the worker factory\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    end = time.time() + 20\n"
+        "    while time.time() < end:  # anything started later (the next harness) is killed too\n"
+        "        for path in glob.glob('/proc/[0-9]*'):\n"
+        "            try:\n"
+        "                if int(path[6:]) != os.getpid():\n"
+        "                    os.kill(int(path[6:]), signal.SIGKILL)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        time.sleep(0.005)\n"
+        "def add(a, b):\n    return 0\n"
+    )
+    assert await score(pool, wrecker) == 0.0
+    assert await score(pool, ADD) == 1.0
+
+
+async def test_verdicts_repeat_exactly(pool: SandboxPool) -> None:
+    candidate = "def add(a, b):\n    if a == -4:\n        raise ValueError(a)\n    return a + b\n"
+    reports = [await run_code_tests(candidate, TESTS, runner=pool, entry_point="add") for _ in range(3)]
+    assert [r.outcomes for r in reports] == [reports[0].outcomes] * 3
+    assert [o.status for o in reports[0].outcomes] == ["pass", "error", "pass"]
 
 
 async def test_candidate_exceptions_reach_tests_that_expect_them(pool: SandboxPool) -> None:
