@@ -1,0 +1,199 @@
+"""Where a native step's server CPU goes, layer by layer, measured in one process without a profiler.
+
+`sessions.py` measures the whole server under load; a profiler says which functions are hot but inflates
+small calls. This script builds the real app (`create_app`, SQLite in a temporary directory, its lifespan
+run) and times one step request entering it at each layer in turn, from the outside in, on the event
+loop, with no socket: the ASGI app as uvicorn calls it, the middleware stack below FastAPI's `__call__`,
+each middleware below it, the session fast path, the manager's `step`, the environment's `step`. The
+difference between two rungs is what the layer between them costs per step. What uvicorn itself does per
+request (parsing HTTP, building the scope, writing the answer) is outside the app and is not counted
+here: `sessions.py`'s floor (a bare Starlette app on the same server) shows it.
+
+The rungs take turns, `--rounds` times `--steps` steps each (a fresh `counter` session every 8 steps,
+its create and close not timed); each session's 8 steps are one sample, and a rung reports the lower
+quartile of its samples' means: interference from other work on a shared machine only ever adds time.
+
+    python benchmarks/step_ladder.py [--steps 400] [--rounds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sessions_system import machine_description
+from _sessions_workload import STEP_BODY
+from rich.console import Console
+from rich.table import Table
+
+from gym_server.api.errors import parse_body
+from gym_server.api.schemas import StepRequest
+from gym_server.app import create_app
+from gym_server.sessions.manager import SessionManager, step_with_deadline
+from gym_server.settings import Settings
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+STEPS_PER_SESSION = 8  # then a fresh session, so no episode reaches the counter's max_turns
+
+Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def _scope(app: Any, session_id: str) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+        "scheme": "http",
+        "method": "POST",
+        "root_path": "",
+        "path": f"/v1/sessions/{session_id}/step",
+        "raw_path": f"/v1/sessions/{session_id}/step".encode(),
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(STEP_BODY)).encode()),
+        ],
+        "state": {},
+        "app": app,
+    }
+
+
+async def _receive() -> dict[str, Any]:
+    return {"type": "http.request", "body": STEP_BODY, "more_body": False}
+
+
+class _Sink:
+    """The `send` of one request: keeps the status, to check every timed step succeeded."""
+
+    __slots__ = ("status",)
+
+    def __init__(self) -> None:
+        self.status = 0
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+
+
+def _middleware_chain(app: Any) -> list[tuple[str, Asgi]]:
+    """(name, callable) from the outermost middleware (the gym's own in front of FastAPI where the tree
+    has them there, else FastAPI's built stack) down to the first with no `.app`."""
+    chain: list[tuple[str, Asgi]] = []
+    layer = getattr(app, "front", None) or app.middleware_stack
+    while layer is not None:
+        chain.append((type(layer).__name__, layer))
+        layer = getattr(layer, "app", None)
+    return chain
+
+
+async def _sample_rung(
+    manager: SessionManager, step: Callable[[str], Awaitable[None]], steps: int, samples: list[float]
+) -> None:
+    """Append to `samples` the mean seconds per `step(session_id)` of each fresh session's 8 steps."""
+    for _ in range(max(1, steps // STEPS_PER_SESSION)):
+        session = await manager.create("counter", task_id="counter-0001", seed=1)
+        gc.disable()
+        started = time.perf_counter()
+        for _ in range(STEPS_PER_SESSION):
+            await step(session.id)
+        samples.append((time.perf_counter() - started) / STEPS_PER_SESSION)
+        gc.enable()
+        await manager.close(session.id)
+
+
+async def ladder(args: argparse.Namespace, workdir: Path) -> list[tuple[str, float]]:
+    settings = Settings(
+        database_url=f"sqlite:///{workdir}/ladder.db",
+        server_name="ladder",
+        sessions={"max_sessions": 1000},  # type: ignore[arg-type]
+    )
+    app = create_app(settings)
+    rungs: list[tuple[str, float]] = []
+    async with app.router.lifespan_context(app):
+        manager: SessionManager = app.state.manager
+        app.middleware_stack = app.middleware_stack or app.build_middleware_stack()
+
+        def through(asgi: Asgi) -> Callable[[str], Awaitable[None]]:
+            async def step(session_id: str) -> None:
+                sink = _Sink()
+                await asgi(_scope(app, session_id), _receive, sink)
+                if sink.status != 200:
+                    raise RuntimeError(f"step answered {sink.status}")
+
+            return step
+
+        targets: list[tuple[str, Callable[[str], Awaitable[None]]]] = [
+            ("the app as uvicorn calls it (FastAPI.__call__)", through(app))
+        ]
+        for name, layer in _middleware_chain(app):
+            targets.append((f"{name} and below", through(layer)))
+            if name == "SessionFastPath":
+                break
+
+        async def manager_step(session_id: str) -> None:
+            body = parse_body(STEP_BODY, StepRequest)
+            await manager.step(session_id, body.message.to_dict(), body.turn_data)
+
+        async def manager_only(session_id: str) -> None:
+            await manager.step(session_id, message, None)
+
+        async def env_only(session_id: str) -> None:
+            await step_with_deadline(manager.get(session_id).env, message, settings.limits)
+
+        message = parse_body(STEP_BODY, StepRequest).message.to_dict()
+        targets += [
+            ("parse_body + SessionManager.step", manager_step),
+            ("SessionManager.step (message already parsed)", manager_only),
+            ("environment step (step_with_deadline)", env_only),
+        ]
+        samples: dict[str, list[float]] = {name: [] for name, _ in targets}
+        for _ in range(args.rounds):  # rungs interleaved, so drift in the machine's load touches all alike
+            for name, step in targets:
+                await _sample_rung(manager, step, args.steps, samples[name])
+        for name, _ in targets:
+            rungs.append((name, statistics.quantiles(samples[name], n=4)[0]))
+    return rungs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--steps", type=int, default=400, help="timed steps per rung and round")
+    parser.add_argument("--rounds", type=int, default=20, help="turns each rung takes")
+    args = parser.parse_args(argv)
+    if not 8 <= args.steps <= 1_000_000 or not 1 <= args.rounds <= 100:
+        parser.error("--steps 8..1,000,000, --rounds 1..100")
+    if (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {0})
+    machine = machine_description()
+    with tempfile.TemporaryDirectory(prefix="gym-ladder-") as workdir:
+        rungs = asyncio.run(ladder(args, Path(workdir)))
+    table = Table(title="one native step entering the app at each layer (lower quartile of 8-step means)")
+    for column in ("entered at", "µs per step", "this layer alone"):
+        table.add_column(column, justify="left" if column == "entered at" else "right")
+    for index, (name, seconds) in enumerate(rungs):
+        below = rungs[index + 1][1] if index + 1 < len(rungs) else 0.0
+        table.add_row(name, f"{seconds * 1e6:.1f}", f"{(seconds - below) * 1e6:.1f}")
+    console.print(table)
+    console.print(f"machine  {machine['cpu']}, {machine['cores']} cores; {machine['packages']}")
+    console.print(f"code     git {machine['git']} (working tree as it is), {machine['date']}")
+    load_end = " / ".join(Path("/proc/loadavg").read_text().split()[:3])
+    console.print(f"load     average at start {machine['load']}, at end {load_end}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
