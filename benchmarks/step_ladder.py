@@ -7,7 +7,10 @@ loop, with no socket: the ASGI app as uvicorn calls it, the middleware stack bel
 each middleware below it, the session fast path, the manager's `step`, the environment's `step`. The
 difference between two rungs is what the layer between them costs per step. What uvicorn itself does per
 request (parsing HTTP, building the scope, writing the answer) is outside the app and is not counted
-here: `sessions.py`'s floor (a bare Starlette app on the same server) shows it.
+here: `sessions.py`'s floor (a bare Starlette app on the same server) shows it; the last rung times
+that floor app's own handling of the same request in process, for scale. Then an episode's create and
+close (the rest of its server CPU, with the acknowledged commits) are measured apart: CPU time of the
+event loop's thread and of the store's writer thread per create + close, `--episode-clients` at once.
 
 The rungs take turns, `--rounds` times `--steps` steps each (a fresh `counter` session every 8 steps,
 its create and close not timed); each session's 8 steps are one sample, and a rung reports the lower
@@ -25,6 +28,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -115,7 +119,9 @@ async def _sample_rung(
         await manager.close(session.id)
 
 
-async def ladder(args: argparse.Namespace, workdir: Path) -> list[tuple[str, float]]:
+async def ladder(
+    args: argparse.Namespace, workdir: Path
+) -> tuple[list[tuple[str, float]], tuple[float, float]]:
     settings = Settings(
         database_url=f"sqlite:///{workdir}/ladder.db",
         server_name="ladder",
@@ -160,34 +166,80 @@ async def ladder(args: argparse.Namespace, workdir: Path) -> list[tuple[str, flo
             ("SessionManager.step (message already parsed)", manager_only),
             ("environment step (step_with_deadline)", env_only),
         ]
+        floor = _floor_step()
+        targets.append(("for scale: the bare Starlette echo app (the floor), same request", floor))
         samples: dict[str, list[float]] = {name: [] for name, _ in targets}
         for _ in range(args.rounds):  # rungs interleaved, so drift in the machine's load touches all alike
             for name, step in targets:
                 await _sample_rung(manager, step, args.steps, samples[name])
         for name, _ in targets:
             rungs.append((name, statistics.quantiles(samples[name], n=4)[0]))
-    return rungs
+        episode = await _create_and_close_cpu(manager, args.episode_clients, args.episodes)
+    return rungs, episode
+
+
+def _floor_step() -> Callable[[str], Awaitable[None]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+    from starlette_echo import app as echo
+
+    async def step(session_id: str) -> None:
+        sink = _Sink()
+        await echo(_scope(echo, session_id), _receive, sink)
+        if sink.status != 200:
+            raise RuntimeError(f"the floor answered {sink.status}")
+
+    return step
+
+
+def _thread_cpu(name: str) -> float:
+    thread = next(t for t in threading.enumerate() if t.name == name)
+    assert thread.ident is not None
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+async def _create_and_close_cpu(manager: SessionManager, clients: int, episodes: int) -> tuple[float, float]:
+    """CPU seconds per create + close on the event loop's thread and the store's writer thread, with
+    `clients` episodes opening and closing at once (so acknowledged commits group as under load)."""
+
+    async def episode() -> None:
+        session = await manager.create("counter", task_id="counter-0001", seed=1)
+        await manager.close(session.id)
+
+    loop0, writer0 = time.thread_time(), _thread_cpu("trajectory-writer")
+    for _ in range(max(1, episodes // clients)):
+        await asyncio.gather(*(episode() for _ in range(clients)))
+    loop1, writer1 = time.thread_time(), _thread_cpu("trajectory-writer")
+    done = max(1, episodes // clients) * clients
+    return (loop1 - loop0) / done, (writer1 - writer0) / done
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=400, help="timed steps per rung and round")
     parser.add_argument("--rounds", type=int, default=20, help="turns each rung takes")
+    parser.add_argument("--episodes", type=int, default=2048, help="episodes for the create + close CPU")
+    parser.add_argument("--episode-clients", type=int, default=16, help="of them opening and closing at once")
     args = parser.parse_args(argv)
     if not 8 <= args.steps <= 1_000_000 or not 1 <= args.rounds <= 100:
         parser.error("--steps 8..1,000,000, --rounds 1..100")
+    if not 1 <= args.episode_clients <= 256 or not 1 <= args.episodes <= 1_000_000:
+        parser.error("--episode-clients 1..256, --episodes 1..1,000,000")
     if (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {0})
     machine = machine_description()
     with tempfile.TemporaryDirectory(prefix="gym-ladder-") as workdir:
-        rungs = asyncio.run(ladder(args, Path(workdir)))
+        rungs, (loop_cpu, writer_cpu) = asyncio.run(ladder(args, Path(workdir)))
     table = Table(title="one native step entering the app at each layer (lower quartile of 8-step means)")
     for column in ("entered at", "µs per step", "this layer alone"):
         table.add_column(column, justify="left" if column == "entered at" else "right")
     for index, (name, seconds) in enumerate(rungs):
-        below = rungs[index + 1][1] if index + 1 < len(rungs) else 0.0
+        below = rungs[index + 1][1] if index + 1 < len(rungs) - 1 else 0.0
         table.add_row(name, f"{seconds * 1e6:.1f}", f"{(seconds - below) * 1e6:.1f}")
     console.print(table)
+    console.print(
+        f"create + close, {args.episode_clients} at once, {args.episodes} episodes: {loop_cpu * 1e6:.0f} µs "
+        f"CPU on the event loop's thread and {writer_cpu * 1e6:.0f} µs on the store's writer thread each"
+    )
     console.print(f"machine  {machine['cpu']}, {machine['cores']} cores; {machine['packages']}")
     console.print(f"code     git {machine['git']} (working tree as it is), {machine['date']}")
     load_end = " / ".join(Path("/proc/loadavg").read_text().split()[:3])
