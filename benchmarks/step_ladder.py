@@ -134,13 +134,7 @@ async def ladder(
         app.middleware_stack = app.middleware_stack or app.build_middleware_stack()
 
         def through(asgi: Asgi) -> Callable[[str], Awaitable[None]]:
-            async def step(session_id: str) -> None:
-                sink = _Sink()
-                await asgi(_scope(app, session_id), _receive, sink)
-                if sink.status != 200:
-                    raise RuntimeError(f"step answered {sink.status}")
-
-            return step
+            return _step_through(asgi, app)
 
         targets: list[tuple[str, Callable[[str], Awaitable[None]]]] = [
             ("the app as uvicorn calls it (FastAPI.__call__)", through(app))
@@ -178,17 +172,23 @@ async def ladder(
     return rungs, episode
 
 
+def _step_through(asgi: Asgi, app: Any) -> Callable[[str], Awaitable[None]]:
+    """A step request sent into `asgi` (a layer of `app`), checked to succeed."""
+
+    async def step(session_id: str) -> None:
+        sink = _Sink()
+        await asgi(_scope(app, session_id), _receive, sink)
+        if sink.status != 200:
+            raise RuntimeError(f"step answered {sink.status}")
+
+    return step
+
+
 def _floor_step() -> Callable[[str], Awaitable[None]]:
     sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
     from starlette_echo import app as echo
 
-    async def step(session_id: str) -> None:
-        sink = _Sink()
-        await echo(_scope(echo, session_id), _receive, sink)
-        if sink.status != 200:
-            raise RuntimeError(f"the floor answered {sink.status}")
-
-    return step
+    return _step_through(echo, echo)
 
 
 def _thread_cpu(name: str) -> float:
@@ -220,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=2048, help="episodes for the create + close CPU")
     parser.add_argument("--episode-clients", type=int, default=16, help="of them opening and closing at once")
     args = parser.parse_args(argv)
-    if not 8 <= args.steps <= 1_000_000 or not 1 <= args.rounds <= 100:
-        parser.error("--steps 8..1,000,000, --rounds 1..100")
+    if not 8 <= args.steps <= 1_000_000 or not 2 <= args.rounds <= 100:
+        parser.error("--steps 8..1,000,000, --rounds 2..100 (each rung needs two samples at least)")
     if not 1 <= args.episode_clients <= 256 or not 1 <= args.episodes <= 1_000_000:
         parser.error("--episode-clients 1..256, --episodes 1..1,000,000")
     if (os.cpu_count() or 1) > 1:
