@@ -15,6 +15,11 @@ What it measures, and why this way (issue 2 "Benchmark", design.md "Targets to b
   ceiling is measured against a canned-response stub and against `GET /healthz` so readers can see
   the headroom. CPU used by the server and by the load generator is reported for every level: a load
   generator well below 100% of its core was not the bottleneck.
+* A side-by-side phase (issue 13, `_sessions_peers.py`) plays `protocols.py`'s episode against the gym,
+  the bare Starlette echo floor (`peers/starlette_echo.py`) and OpenEnv's own WebSocket server
+  (`peers/openenv_counter.py`, from the openenv peer's venv), each pinned to the server core, interleaved
+  over `--peer-rounds` rounds, with the load average after every level: the ratios to the floor and to
+  OpenEnv that issue 13's targets are stated in.
 * A "held sessions" phase opens N sessions, reports resident memory over the baseline, steps a sample
   of them to prove they are alive, and closes them all.
 
