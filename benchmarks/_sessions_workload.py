@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from _loadgen import (
     HammerResult,
@@ -38,6 +39,9 @@ from _sessions_system import (
     proc_cpu_seconds,
     proc_rss_mb,
 )
+
+if TYPE_CHECKING:  # it imports this module (through protocols.py)
+    from _sessions_peers import PeerRow
 
 STEP_BODY = (
     b'{"message":{"role":"assistant","tool_calls":[{"id":"c1","type":"function",'
@@ -125,6 +129,7 @@ class Report:
     held: HeldResult | None = None
     server_rss_start_mb: float = 0.0
     load_end: str = ""
+    side_by_side: list[PeerRow] = field(default_factory=list)
 
 
 # -- correctness of the load generator ---------------------------------------------------------------

@@ -15,6 +15,11 @@ What it measures, and why this way (issue 2 "Benchmark", design.md "Targets to b
   ceiling is measured against a canned-response stub and against `GET /healthz` so readers can see
   the headroom. CPU used by the server and by the load generator is reported for every level: a load
   generator well below 100% of its core was not the bottleneck.
+* A side-by-side phase (issue 13, `_sessions_peers.py`) plays `protocols.py`'s episode against the gym,
+  the bare Starlette echo floor (`peers/starlette_echo.py`) and OpenEnv's own WebSocket server
+  (`peers/openenv_counter.py`, from the openenv peer's venv), each pinned to the server core, interleaved
+  over `--peer-rounds` rounds, with the load average after every level: the ratios to the floor and to
+  OpenEnv that issue 13's targets are stated in.
 * A "held sessions" phase opens N sessions, reports resident memory over the baseline, steps a sample
   of them to prove they are alive, and closes them all.
 
@@ -43,6 +48,7 @@ from _loadgen import (
     run,
 )
 from _profile import PySpy
+from _sessions_peers import print_side_by_side, side_by_side
 from _sessions_report import (
     DOCS,
     console,
@@ -98,6 +104,9 @@ async def benchmark(args: argparse.Namespace, server: ManagedProcess, port: int,
     finally:
         if spy is not None:
             console.print(f"[dim]{spy.stop().strip()}[/]")
+    if args.peer_rounds > 0:
+        console.print(f"the floor and OpenEnv's own server side by side, {args.peer_rounds} round(s) ...")
+        report.side_by_side = await side_by_side(args, server, port, Path(args.workdir), console)
     if args.sessions_held > 0:
         console.print(f"holding {args.sessions_held:,} sessions ...")
         report.held = await run_held(port, server, args)
@@ -130,6 +139,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--held-sample", type=int, default=500, help="held sessions stepped once each")
     parser.add_argument("--held-timeout", type=float, default=120.0, help="bound on opening / closing them")
     parser.add_argument("--ceiling-duration", type=float, default=3.0, help="seconds per ceiling level")
+    parser.add_argument(
+        "--peer-rounds",
+        type=int,
+        default=2,
+        help="interleaved rounds of the gym, the bare Starlette floor and OpenEnv's own server side by "
+        "side at every client level (0 skips them)",
+    )
     parser.add_argument("--port", type=int, default=0, help="server port (0: a free one)")
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temporary directory")
     parser.add_argument("--write-docs", action="store_true", help=f"replace '## Sessions' in {DOCS}")
@@ -153,6 +169,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.quick:
         args.clients, args.duration, args.warmup = args.clients or "1,16", 2.0, 0.5
         args.sessions_held, args.ceiling_duration, args.held_sample = min(args.sessions_held, 500), 1.0, 100
+        args.peer_rounds = min(args.peer_rounds, 1)
     args.clients = [int(c) for c in str(args.clients or "1,16,256").split(",") if c.strip()]
     if args.profile and args.write_docs:
         parser.error("--profile perturbs the server; take the numbers for --write-docs from a plain run")
@@ -162,6 +179,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--clients takes levels between 1 and 4096")
     if not 1 <= args.steps <= 1000 or not 0 < args.duration <= 3600 or args.sessions_held < 0:
         parser.error("--steps 1..1000, --duration 0..3600 s, --sessions-held >= 0")
+    if not 0 <= args.peer_rounds <= 10:
+        parser.error("--peer-rounds 0..10")
     return args
 
 
@@ -172,7 +191,7 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops us the same way Ctrl-C does
-    pinned = (os.cpu_count() or 1) > LOADGEN_CORE and pin(0, LOADGEN_CORE)
+    pinned = args.pinned = (os.cpu_count() or 1) > LOADGEN_CORE and pin(0, LOADGEN_CORE)
     report = Report(args=args, machine=machine_description(), pinned=pinned)
     print_machine(report)
     with tempfile.TemporaryDirectory(prefix="gym-bench-") as workdir:
@@ -214,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"[yellow]server exited with {code}; log tail:[/]\n{server.log_tail(15)}")
     report.load_end = " / ".join(Path("/proc/loadavg").read_text().split()[:3])
     print_results(report)
+    if report.side_by_side:
+        print_side_by_side(report.side_by_side, console)
     if args.profile and Path(args.profile).exists():
         print_profile(Path(args.profile))
     if args.write_docs:

@@ -224,7 +224,10 @@ class SessionManager:
         try:
             instance = entry.cls(task, seed)
             try:
-                await asyncio.wait_for(instance.reset(), timeout_s)
+                # A deadline on this task, not `wait_for`'s new task per call: create, close and verify
+                # are on every episode's path.
+                async with asyncio.timeout(timeout_s):
+                    await instance.reset()
             except BaseException:
                 # What reset() took before it failed (an admitted sandbox) goes back.
                 with contextlib.suppress(Exception):
@@ -415,7 +418,8 @@ class SessionManager:
         # finds the final record, never the last snapshot.
         self.sink.record(self._record(session, status, finished=True))
         try:
-            await asyncio.wait_for(session.env.close(), self.settings.limits.tool_timeout_s)
+            async with asyncio.timeout(self.settings.limits.tool_timeout_s):
+                await session.env.close()
         except Exception:
             log.exception("environment %s failed to close session %s", session.entry.name, session.id)
         self.metrics.closed.labels(session.entry.name, status.value).inc()
@@ -563,7 +567,8 @@ async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:
             answers 429 or tries again later.
     """
     try:
-        result = await asyncio.wait_for(env.verify(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            result = await env.verify()
     except AtCapacity:
         raise
     except TimeoutError:

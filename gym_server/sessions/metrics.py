@@ -7,16 +7,21 @@ not to an app) and are read from `gym_server.verifiers.judge` at each scrape.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from gym_server.sandbox.egress.proxy import tally as egress_tally
 from gym_server.verifiers.judge import judge_stats_by_model
 
-__all__ = ["EgressCollector", "JudgeCollector", "SessionMetrics"]
+__all__ = ["EgressCollector", "JudgeCollector", "SessionMetrics", "StepStats"]
 
 # (metric name without _total, help, JudgeStats field); every series is labelled with the judge model.
 _JUDGE_COUNTERS = (
@@ -72,6 +77,45 @@ class EgressCollector(Collector):
 _STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class StepStats(Collector):
+    """`gym_steps_total{env}` and the `gym_step_seconds` histogram, kept in plain numbers.
+
+    prometheus_client's `Counter` and `Histogram` take a lock and check their state on every update,
+    which together cost about as much as a trivial environment's whole step. Steps are only counted on
+    the event loop's thread, so plain numbers are enough here; they are turned into the same samples
+    those classes export (`_total`, `_created`, `_bucket`, `_count`, `_sum`) when /metrics is scraped.
+    """
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self._bounds = (*buckets, math.inf)
+        # The `le` labels as prometheus_client writes these bounds (its formatter is untyped).
+        self._labels = [repr(float(bound)) for bound in buckets] + ["+Inf"]
+        self._buckets = [0] * len(self._bounds)
+        self._sum = 0.0
+        self._created = time.time()
+        self._by_env: dict[str, int] = {}
+        self._env_created: dict[str, float] = {}
+
+    def observe(self, env: str, seconds: float) -> None:
+        steps = self._by_env.get(env)
+        if steps is None:
+            steps, self._env_created[env] = 0, time.time()
+        self._by_env[env] = steps + 1
+        self._buckets[bisect.bisect_left(self._bounds, seconds)] += 1
+        self._sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        steps = CounterMetricFamily("gym_steps", "Steps taken.", labels=["env"])
+        for env, count in self._by_env.items():
+            steps.add_metric([env], count, created=self._env_created[env])
+        yield steps
+        histogram = HistogramMetricFamily("gym_step_seconds", "Time inside the environment per step.")
+        cumulative = itertools.accumulate(self._buckets)
+        histogram.add_metric([], list(zip(self._labels, cumulative, strict=True)), self._sum)
+        histogram.samples.append(Sample("gym_step_seconds_created", {}, self._created))
+        yield histogram
+
+
 class SessionMetrics:
     """Counters and gauges the manager updates and /metrics renders."""
 
@@ -92,25 +136,13 @@ class SessionMetrics:
             registry=self.registry,
         )
         self.live = Gauge("gym_sessions_live", "Sessions currently open.", registry=self.registry)
-        self.steps = Counter("gym_steps_total", "Steps taken.", ["env"], registry=self.registry)
-        self.step_seconds = Histogram(
-            "gym_step_seconds",
-            "Time inside the environment per step.",
-            buckets=_STEP_BUCKETS,
-            registry=self.registry,
-        )
+        self.steps = StepStats(_STEP_BUCKETS)
+        self.registry.register(self.steps)
         self.store_pending = Gauge(
             "gym_store_pending_rows", "Trajectory rows waiting for the writer.", registry=self.registry
         )
         self.registry.register(JudgeCollector())
         self.registry.register(EgressCollector())
-        self._steps_by_env: dict[str, Counter] = {}
 
     def observe_step(self, env: str, seconds: float) -> None:
-        # `labels()` validates and looks the child up under a lock on every call, more than the step
-        # of a trivial environment costs; the children never change, so each env's is kept here.
-        counter = self._steps_by_env.get(env)
-        if counter is None:
-            counter = self._steps_by_env[env] = self.steps.labels(env)
-        counter.inc()
-        self.step_seconds.observe(seconds)
+        self.steps.observe(env, seconds)
