@@ -187,12 +187,14 @@ class TrajectoryTotals(Base):
     """
 
     __tablename__ = "trajectory_totals"
-    __table_args__ = (Index("ix_trajectory_totals_policy_model", "policy_model", "env", "task_id"),)
+    # Clustered by the key on SQLite (no rowid): a policy's totals lie together, in task order, so
+    # comparing policies reads one range of the table and groups it without sorting.
+    __table_args__ = (Index("ix_trajectory_totals_run", "run", "task_id"), {"sqlite_with_rowid": False})
 
-    run: Mapped[name] = mapped_column(primary_key=True)
     policy_model: Mapped[name] = mapped_column(primary_key=True)
-    env: Mapped[name] = mapped_column(primary_key=True)
     task_id: Mapped[name] = mapped_column(primary_key=True)
+    env: Mapped[name] = mapped_column(primary_key=True)
+    run: Mapped[name] = mapped_column(primary_key=True)
     tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
     episodes: Mapped[int] = mapped_column(BigInteger)
     rewarded: Mapped[int] = mapped_column(BigInteger)  # episodes with a reward: the mean's denominator

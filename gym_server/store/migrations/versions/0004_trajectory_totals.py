@@ -25,7 +25,7 @@ down_revision: str | Sequence[str] | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_KEY = ["run", "policy_model", "env", "task_id", "tenant"]
+_KEY = ["policy_model", "task_id", "env", "run", "tenant"]
 _COUNTS = ["episodes", "rewarded", "reward_sum", "successes", "failures"]
 
 # The policy's model as `store.models.PolicyModel` spells it, of a row named by `{row}`.
@@ -37,10 +37,10 @@ _POLICY_MODEL = {
 # What one trajectory adds to its key's totals, `{sign}` 1 to add it and -1 to take it away; success is the
 # inspector's (`store.inspector.SUCCESS_REWARD`): full marks without a failure class.
 _CONTRIBUTION = [
-    "coalesce({row}.run, '')",
     "coalesce({policy_model}, '')",
-    "{row}.env",
     "{row}.task_id",
+    "{row}.env",
+    "coalesce({row}.run, '')",
     "{row}.tenant",
     "{sign}",
     "CASE WHEN {row}.reward IS NOT NULL THEN {sign} ELSE 0 END",
@@ -129,10 +129,9 @@ def upgrade() -> None:
             sa.Column(name, sa.Float() if name == "reward_sum" else sa.BigInteger(), nullable=False)
             for name in _COUNTS
         ),
+        sqlite_with_rowid=False,
     )
-    op.create_index(
-        "ix_trajectory_totals_policy_model", "trajectory_totals", ["policy_model", "env", "task_id"]
-    )
+    op.create_index("ix_trajectory_totals_run", "trajectory_totals", ["run", "task_id"])
     dialect = op.get_bind().dialect.name
     op.execute(_backfill(dialect))
     for statement in _sqlite_triggers() if dialect == "sqlite" else _postgres_triggers():
@@ -148,5 +147,5 @@ def downgrade() -> None:
             op.execute(f"DROP TRIGGER trajectory_totals_{name} ON trajectories")
         op.execute("DROP FUNCTION trajectory_totals_move()")
         op.execute("DROP FUNCTION trajectory_totals_truncate()")
-    op.drop_index("ix_trajectory_totals_policy_model", table_name="trajectory_totals")
+    op.drop_index("ix_trajectory_totals_run", table_name="trajectory_totals")
     op.drop_table("trajectory_totals")
