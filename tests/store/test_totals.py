@@ -205,15 +205,16 @@ def test_the_upgrade_backfills_the_totals_of_stored_rows(new_url: str, make_reco
         {"tenant": "t9"},
     ],
 )
-def test_per_task_means_from_the_totals_match_the_rows(
+def test_task_means_and_run_summaries_from_the_totals_match_the_rows(
     engine: Engine, make_record: RecordFactory, filters: dict[str, str]
 ) -> None:
     rows = [
         make_record(
-            run=f"r{n % 2}",
+            run=f"r{n % 2}" if n % 11 else None,
             env="math" if n % 5 else "code",
             policy={"model": f"m{n % 3}"},
             reward=None if n % 7 == 0 else (n % 4) / 4,
+            failure="sandbox_timeout" if n % 9 == 0 else None,
             tenant=f"t{n % 2}",
         )
         for n in range(60)
@@ -232,6 +233,17 @@ def test_per_task_means_from_the_totals_match_the_rows(
         assert totals.reward_mean == pytest.approx(from_rows[task_id].reward_mean)
     # Scoped as the filter says (a tenant's key sees its own tasks only), not a task more.
     assert set(from_totals) == {row.task_id for row in rows if _matches(row, where)}
+    with Session(engine) as session:
+        runs_from_totals = inspector.run_summaries(session, where)
+        runs_from_rows = inspector.run_summaries(session, everything)
+    assert runs_from_totals[1] == runs_from_rows[1]
+    for summary, expected in zip(runs_from_totals[0], runs_from_rows[0], strict=True):
+        assert summary.model_dump(exclude={"reward_mean", "success_rate"}) == expected.model_dump(
+            exclude={"reward_mean", "success_rate"}
+        )
+        assert (summary.reward_mean, summary.success_rate) == pytest.approx(
+            (expected.reward_mean, expected.success_rate)
+        )
 
 
 def _matches(record: Any, where: TrajectoryFilter) -> bool:
