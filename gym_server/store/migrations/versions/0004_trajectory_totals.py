@@ -5,8 +5,9 @@ these totals let it read a few thousand rows instead. Triggers keep them, not th
 path that changes a trajectory (the writer's upserts, a re-score, `mark_lost`, a delete, a hand-written
 UPDATE) then moves the totals in its own statement's transaction, with nothing read back first. An
 update moves them only when what they count changes (reward, failure, or the key), so the snapshots of
-a live episode, which change neither, cost the writer nothing here. The upgrade backfills the totals of
-the rows already stored.
+a live episode, which change neither, cost the writer nothing here; a new score under the same key (a
+close, a re-score) is one UPDATE of that key's totals by the difference. The upgrade backfills the
+totals of the rows already stored.
 
 Revision ID: 0004
 Revises: 0003
@@ -61,15 +62,47 @@ def _move(dialect: str, row: str, sign: int) -> str:
     )
 
 
-def _counted_change(dialect: str) -> str:
-    """True when an update changes what the totals count: only then do they move."""
+def _shift(dialect: str) -> str:
+    """The one UPDATE for a row whose key stayed: its key's totals move by the difference of its score."""
+    parts = {
+        row: [
+            part.format(row=row, sign=1, policy_model=_POLICY_MODEL[dialect].format(row=row))
+            for part in _CONTRIBUTION
+        ]
+        for row in ("OLD", "NEW")
+    }
+    counted = zip(_COUNTS, parts["NEW"][len(_KEY) :], parts["OLD"][len(_KEY) :], strict=True)
+    shifted = ", ".join(
+        f"{name} = {name} + ({new}) - ({old})" for name, new, old in counted if name != "episodes"
+    )
+    key = " AND ".join(
+        f"{name} = {value}" for name, value in zip(_KEY, parts["NEW"][: len(_KEY)], strict=True)
+    )
+    return f"UPDATE trajectory_totals SET {shifted} WHERE {key};"
+
+
+def _changed(dialect: str, names: Sequence[str], *, policy_model: bool) -> str:
+    """True when an update changes one of the columns `names` (or the policy's model)."""
     differ = "IS NOT" if dialect == "sqlite" else "IS DISTINCT FROM"
-    changes = [
-        f"OLD.{name} {differ} NEW.{name}" for name in ("reward", "failure", "run", "env", "task_id", "tenant")
-    ]
-    policy_model = _POLICY_MODEL[dialect]
-    changes.append(f"{policy_model.format(row='OLD')} {differ} {policy_model.format(row='NEW')}")
-    return " OR ".join(changes)
+    changes = [f"OLD.{name} {differ} NEW.{name}" for name in names]
+    if policy_model:
+        expression = _POLICY_MODEL[dialect]
+        changes.append(f"{expression.format(row='OLD')} {differ} {expression.format(row='NEW')}")
+    return "(" + " OR ".join(changes) + ")"
+
+
+# What a row's key is made of, and what it counts beside it: an update moves the totals only when one
+# of them changes; a new score alone shifts its key's totals in place.
+_KEY_COLUMNS = ("run", "env", "task_id", "tenant")
+_SCORE_COLUMNS = ("reward", "failure")
+
+
+def _key_changed(dialect: str) -> str:
+    return _changed(dialect, _KEY_COLUMNS, policy_model=True)
+
+
+def _score_changed(dialect: str) -> str:
+    return _changed(dialect, _SCORE_COLUMNS, policy_model=False)
 
 
 def _backfill(dialect: str) -> str:
@@ -90,10 +123,13 @@ def _backfill(dialect: str) -> str:
 def _sqlite_triggers() -> list[str]:
     on = "ON trajectories"
     add, take_away = _move("sqlite", "NEW", 1), _move("sqlite", "OLD", -1)
+    key_changed = _key_changed("sqlite")
     return [
         f"CREATE TRIGGER trajectory_totals_insert AFTER INSERT {on} BEGIN {add} END",
         f"CREATE TRIGGER trajectory_totals_delete AFTER DELETE {on} BEGIN {take_away} END",
-        f"CREATE TRIGGER trajectory_totals_update AFTER UPDATE {on} WHEN {_counted_change('sqlite')} "
+        f"CREATE TRIGGER trajectory_totals_rescore AFTER UPDATE {on} "
+        f"WHEN NOT {key_changed} AND {_score_changed('sqlite')} BEGIN {_shift('sqlite')} END",
+        f"CREATE TRIGGER trajectory_totals_rekey AFTER UPDATE {on} WHEN {key_changed} "
         f"BEGIN {take_away} {add} END",
     ]
 
@@ -102,6 +138,10 @@ def _postgres_triggers() -> list[str]:
     return [
         f"""CREATE FUNCTION trajectory_totals_move() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
+            IF TG_OP = 'UPDATE' AND NOT {_key_changed("postgresql")} THEN
+                {_shift("postgresql")}
+                RETURN NULL;
+            END IF;
             IF TG_OP IN ('UPDATE', 'DELETE') THEN {_move("postgresql", "OLD", -1)} END IF;
             IF TG_OP IN ('INSERT', 'UPDATE') THEN {_move("postgresql", "NEW", 1)} END IF;
             RETURN NULL;
@@ -114,8 +154,9 @@ def _postgres_triggers() -> list[str]:
         END $$""",
         "CREATE TRIGGER trajectory_totals_insert_delete AFTER INSERT OR DELETE ON trajectories "
         "FOR EACH ROW EXECUTE FUNCTION trajectory_totals_move()",
-        "CREATE TRIGGER trajectory_totals_update AFTER UPDATE ON trajectories "
-        f"FOR EACH ROW WHEN ({_counted_change('postgresql')}) EXECUTE FUNCTION trajectory_totals_move()",
+        "CREATE TRIGGER trajectory_totals_update AFTER UPDATE ON trajectories FOR EACH ROW "
+        f"WHEN ({_key_changed('postgresql')} OR {_score_changed('postgresql')}) "
+        "EXECUTE FUNCTION trajectory_totals_move()",
         "CREATE TRIGGER trajectory_totals_truncate AFTER TRUNCATE ON trajectories "
         "FOR EACH STATEMENT EXECUTE FUNCTION trajectory_totals_truncate()",
     ]
@@ -140,7 +181,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
-        for name in ("insert", "delete", "update"):
+        for name in ("insert", "delete", "rescore", "rekey"):
             op.execute(f"DROP TRIGGER trajectory_totals_{name}")
     else:
         for name in ("insert_delete", "update", "truncate"):
