@@ -8,8 +8,8 @@ each page `--repeats` times through httpx's ASGI transport, reading the server's
 `Server-Timing` header the inspector sets. The target: every page under 300 ms at N = 1,000,000.
 
     python benchmarks/ui.py --n 20000                 # a smoke run (seconds)
-    python benchmarks/ui.py --n 1000000 --db var/bench/ui-1m.sqlite   # the full run (generation: ~90 s)
-    python benchmarks/ui.py --n 20000 --writer   # and what the inspector's indexes cost the writer
+    python benchmarks/ui.py --n 1000000 --db var/bench/ui-1m.sqlite   # the full run (generation: minutes)
+    python benchmarks/ui.py --n 20000 --writer   # and what the inspector's indexes and totals cost the writer
     python benchmarks/ui.py --n 20000 --keyed    # keys on: every page scoped to the rows' tenant
 
 A store already at the path with N rows is reused (`--db`), so a second run only measures.
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import func, insert, select
+from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.orm import Session
 
 from gym_server.app import create_app
@@ -47,8 +47,9 @@ FAILURES = ("sandbox_timeout", "verify_timeout", "policy_error", "max_turns")
 TASKS = 500
 BATCH = 5_000
 START = datetime(2026, 10, 1, tzinfo=UTC)
-# The revision before the inspector's indexes (0003): `--writer` measures the upsert rate at both.
-BEFORE_INSPECTOR = "0002"
+# `--writer` measures the upsert rate before the inspector's indexes (0002), before the per-task totals
+# and their triggers (0003), and at head.
+WRITER_REVISIONS = ("0002", "0003", "head")
 
 
 def _row(index: int, runs: int, n: int, rng: random.Random) -> dict[str, Any]:
@@ -135,9 +136,12 @@ def generate(url: str, n: int, seed: int = 0) -> float:
     return time.perf_counter() - started
 
 
-def writer_rows_per_s(revision: str, n: int = 20_000, batch: int = 256) -> float:
+def writer_cost(revision: str, n: int = 20_000, batch: int = 256) -> tuple[float, float]:
     """The store's own upsert (`repository.upsert_trajectories`, batches as the writer commits them) into
-    a fresh SQLite file at `revision`: what the indexes of a revision cost the trajectory writer."""
+    a fresh SQLite file at `revision`: what the indexes and triggers of a revision cost the trajectory
+    writer, in CPU microseconds per row (SQLite runs in this process, so its work counts, and other jobs
+    on a shared machine move it least). Two costs: new rows (an episode's first write), then every row
+    again with another reward (a close or a re-score)."""
     with tempfile.TemporaryDirectory() as scratch:
         url = f"sqlite:///{Path(scratch) / 'writer.sqlite'}"
         upgrade_database(url, revision)
@@ -145,13 +149,20 @@ def writer_rows_per_s(revision: str, n: int = 20_000, batch: int = 256) -> float
         try:
             rng = random.Random(0)
             records = [TrajectoryRecord(**_row(index, 2, n, rng)) for index in range(n)]
-            started = time.perf_counter()
-            for first in range(0, n, batch):
-                with Session(engine) as session, session.begin():
-                    upsert_trajectories(session, records[first : first + batch])
-            return n / (time.perf_counter() - started)
+            rescored = [
+                record.model_copy(update={"reward": 1.0 - (record.reward or 0.0)}) for record in records
+            ]
+            return _upsert_cpu_us(engine, records, batch), _upsert_cpu_us(engine, rescored, batch)
         finally:
             engine.dispose()
+
+
+def _upsert_cpu_us(engine: Engine, records: list[TrajectoryRecord], batch: int) -> float:
+    started = time.process_time()
+    for first in range(0, len(records), batch):
+        with Session(engine) as session, session.begin():
+            upsert_trajectories(session, records[first : first + batch])
+    return (time.process_time() - started) * 1e6 / len(records)
 
 
 async def measure(url: str, repeats: int, keyed: bool) -> list[tuple[str, list[float]]]:
@@ -190,6 +201,8 @@ async def measure(url: str, repeats: int, keyed: bool) -> list[tuple[str, list[f
                 "/ui/compare?a=run-0000&b=run-0002",
                 "/ui/compare?by=policy&a=tiny-a&b=tiny-b&env=math",
                 "/ui/compare?by=policy&a=tiny-a&b=tiny-b",
+                # A date range the totals do not keep: the per-task means come from the rows themselves.
+                "/ui/compare?by=policy&a=tiny-a&b=tiny-b&since=2026-10-01&until=2026-10-31",
                 "/ui/live",
             ]
             assert "t0" in first, "the store is empty"
@@ -229,7 +242,7 @@ def main() -> None:
     parser.add_argument(
         "--writer",
         action="store_true",
-        help="also the writer's upsert rate before and after the inspector's indexes",
+        help="also the writer's upsert rate before and after the inspector's indexes and totals",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -247,20 +260,25 @@ def main() -> None:
         f"load average (1/5/15 min) before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"after: {load_after[0]:.2f}"
     )
-    print(f"{'page':60} {'median ms':>10} {'max ms':>8}")
+    print(f"{'page':76} {'median ms':>10} {'max ms':>8}")
     worst = 0.0
     for page, times in results:
         worst = max(worst, statistics.median(times))
-        print(f"{page[:60]:60} {statistics.median(times):10.1f} {max(times):8.1f}")
+        print(f"{page[:76]:76} {statistics.median(times):10.1f} {max(times):8.1f}")
     print(f"slowest page median: {worst:.1f} ms (target < 300 ms)")
     if args.writer:
-        # Alternating rounds, so a change of load hits both revisions alike.
-        rates: dict[str, list[float]] = {BEFORE_INSPECTOR: [], "head": []}
-        for _ in range(3):
-            for revision in rates:
-                rates[revision].append(writer_rows_per_s(revision))
-        for revision, values in rates.items():
-            print(f"writer at {revision}: {statistics.median(values):,.0f} rows/s (median of 3)")
+        # Alternating rounds, so a change of load hits every revision alike.
+        costs: dict[str, list[tuple[float, float]]] = {revision: [] for revision in WRITER_REVISIONS}
+        for _ in range(5):
+            for revision in costs:
+                costs[revision].append(writer_cost(revision))
+        for revision, values in costs.items():
+            inserts = statistics.median(value[0] for value in values)
+            rescores = statistics.median(value[1] for value in values)
+            print(
+                f"writer at {revision}: {inserts:.1f} us CPU per new row ({1e6 / inserts:,.0f} rows/s of "
+                f"CPU), {rescores:.1f} us per row re-upserted with a new reward (medians of 5)"
+            )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     String,
@@ -44,10 +45,12 @@ __all__ = [
     "PolicyModel",
     "Rescore",
     "Trajectory",
+    "TrajectoryTotals",
     "UTCDateTime",
     "api_keys_table",
     "rescores_table",
     "trajectories_table",
+    "trajectory_totals_table",
 ]
 
 JsonDict = dict[str, Any]
@@ -174,6 +177,32 @@ class Rescore(Base):
         )
 
 
+class TrajectoryTotals(Base):
+    """Running totals of the trajectories of one tenant, env, run, policy model and task (revision 0004).
+
+    Kept by database triggers on `trajectories` (every insert, update of what they count, and delete, in
+    the writing statement's own transaction), so the inspector compares half a million episodes by reading
+    a few thousand rows. A trajectory without a run or a policy model counts under ''; a key whose
+    episodes all went elsewhere stays with `episodes` 0.
+    """
+
+    __tablename__ = "trajectory_totals"
+    # Clustered by the key on SQLite (no rowid): a policy's totals lie together, in task order, so
+    # comparing policies reads one range of the table and groups it without sorting.
+    __table_args__ = (Index("ix_trajectory_totals_run", "run", "task_id"), {"sqlite_with_rowid": False})
+
+    policy_model: Mapped[name] = mapped_column(primary_key=True)
+    task_id: Mapped[name] = mapped_column(primary_key=True)
+    env: Mapped[name] = mapped_column(primary_key=True)
+    run: Mapped[name] = mapped_column(primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    episodes: Mapped[int] = mapped_column(BigInteger)
+    rewarded: Mapped[int] = mapped_column(BigInteger)  # episodes with a reward: the mean's denominator
+    reward_sum: Mapped[float] = mapped_column(Float)
+    successes: Mapped[int] = mapped_column(BigInteger)  # reward >= 1.0 without a failure class
+    failures: Mapped[int] = mapped_column(BigInteger)  # with a failure class
+
+
 class ApiKey(Base):
     """One API key: its public id, tenant and scopes, and a hash of its secret (never the secret)."""
 
@@ -195,6 +224,7 @@ class ApiKey(Base):
 trajectories_table: Table = Base.metadata.tables["trajectories"]
 rescores_table: Table = Base.metadata.tables["rescores"]
 api_keys_table: Table = Base.metadata.tables["api_keys"]
+trajectory_totals_table: Table = Base.metadata.tables["trajectory_totals"]
 
 
 class PolicyModel(FunctionElement[str]):

@@ -20,7 +20,7 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0003"
+    assert current_revision(empty_url) == head_revision() == "0004"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
@@ -28,7 +28,13 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
         # that the policy filter uses it).
         warnings.filterwarnings("ignore", "Skipped unsupported reflection of expression-based index")
         warnings.filterwarnings("ignore", "autogenerate skipping metadata-specified expression-based index")
-        assert set(inspector.get_table_names()) == {"alembic_version", "trajectories", "rescores", "api_keys"}
+        assert set(inspector.get_table_names()) == {
+            "alembic_version",
+            "trajectories",
+            "rescores",
+            "api_keys",
+            "trajectory_totals",
+        }
         indexes = inspector.get_indexes("trajectories")
         indexed = {
             tuple(index["column_names"])
