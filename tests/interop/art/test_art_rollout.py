@@ -126,14 +126,15 @@ class KillOnStep(httpx.AsyncBaseTransport):
 def test_a_gym_killed_mid_episode_is_no_signal_and_the_batch_goes_on(
     gym: Gym, gym_with: Callable[..., Gym], policy: Policy
 ) -> None:
-    """One episode's gym dies at its second step: ART records a `GymEpisodeFailed` in the group's
-    exceptions (no trajectory, so no reward, never 0); the episode beside it is a scored trajectory."""
+    """One episode's gym dies at its first step (the policy samples at temperature 1, and an unparseable
+    first turn can end an episode before any second step): ART records a `GymEpisodeFailed` in the
+    group's exceptions (no trajectory, so no reward, never 0); the episode beside it is a scored one."""
     doomed = gym_with()
     model = model_of(policy)
 
     async def batch() -> list[art.TrajectoryGroup]:
         async with (
-            GymClient(doomed.url, transport=KillOnStep(doomed, 2)) as dying,
+            GymClient(doomed.url, transport=KillOnStep(doomed, 1)) as dying,
             GymClient(gym.url) as healthy,
         ):
             spec = spec_of(policy, 2)
