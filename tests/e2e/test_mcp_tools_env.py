@@ -196,13 +196,16 @@ def test_a_server_that_dies_mid_episode_is_stored_with_a_failure_class(gym: http
         os.kill(pid, signal.SIGKILL)
     args = {"source_timezone": "Etc/UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
     after = step(gym, session_id, call("convert_time", args))
-    assert after["messages"][0]["content"].startswith("Error: the MCP server exited")
+    # whether the connection saw the exit before this call or during it is a race: both say it is gone
+    assert after["messages"][0]["content"].startswith(
+        ("Error: the MCP server exited", "Error: the MCP server is not running")
+    )
     assert after["done"] is True and after["reward"] == 0.0
     assert after["info"]["done_reason"] == "mcp_server_exited"
     assert gym.delete(f"/v1/sessions/{session_id}").status_code == 204
     row = stored(gym, session_id, "completed")
     assert row["failure"] == "sandbox_error"
-    assert "exited" in row["verify_info"]["error"]
+    assert "exited" in row["verify_info"]["error"] or "not running" in row["verify_info"]["error"]
 
 
 def test_a_server_that_stops_answering_ends_the_episode_with_a_timeout(gym: httpx.Client) -> None:
