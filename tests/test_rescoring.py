@@ -110,13 +110,12 @@ async def test_an_episode_on_an_inline_task_is_rescored_on_that_task(database_ur
         sids = []
         for task_id in ("learn-15", "counter-0000"):  # a new id, and one the dataset also has
             forged = {"inline_task": {"id": task_id, "prompt": "x", "answer": 999}}
-            session = await open_counter(
-                old.client,
-                task_id=None,
-                task={"id": task_id, "prompt": "Bring it to 7.", "answer": 7},
-                metadata=forged,
+            inline = {"id": task_id, "prompt": "Bring it to 7.", "answer": 7}
+            created = await old.client.post(
+                "/v1/sessions", json={"env": "counter", "task": inline, "seed": 0, "metadata": forged}
             )
-            sid = str(session["session_id"])
+            assert created.status_code == 201, created.text
+            sid = str(created.json()["session_id"])
             await solve_counter_to(old.client, sid, 7)
             await old.client.delete(f"/v1/sessions/{sid}")
             stored = await wait_for_rollout(old.client, sid, "completed")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from gym_server.cli import demo as demo_module
 from gym_server.cli.demo import _check_shaping_components, demo
-from gym_server.extras import MissingExtra
+from gym_server.extras import EXTRA_OF_MODULE, MissingExtra
 from gym_server.rescoring import Rescorer
 from gym_server.sdk.registry import Registry
 from gym_server.settings import LimitSettings
@@ -127,7 +127,7 @@ def test_a_missing_tracker_is_named_before_anything_starts(
 ) -> None:
     pytest.importorskip("trl")
     monkeypatch.setitem(demo_module._TRACKER_MODULES, "wandb", "no_such_tracker_module")
-    monkeypatch.setitem(demo_module.EXTRA_OF_MODULE, "no_such_tracker_module", "tracking")
+    monkeypatch.setitem(EXTRA_OF_MODULE, "no_such_tracker_module", "tracking")
     result = run_demo("--tracker", "wandb", "--output", str(tmp_path / "out"))
     assert isinstance(result.exception, MissingExtra)
     assert "pip install 'gym-server[tracking]'" in str(result.exception)

@@ -98,7 +98,9 @@ def test_keyset_pages_cover_every_row_once_newest_first(populated_session: Sessi
 
 
 @pytest.mark.parametrize("sort", ["reward-desc", "reward-asc"])
-def test_keyset_pages_by_reward_cover_every_row_once_in_order(populated_session: Session, sort: str) -> None:
+def test_keyset_pages_by_reward_cover_every_row_once_in_order(
+    populated_session: Session, sort: inspector.TrajectorySort
+) -> None:
     """Sorted by reward across pages of 3 (ties and an unscored row included): each row once, in order,
     the unscored one last whichever the direction."""
     seen: list[inspector.TrajectoryRow] = []
@@ -109,7 +111,7 @@ def test_keyset_pages_by_reward_cover_every_row_once_in_order(populated_session:
             TrajectoryFilter(),
             after=cursor,
             limit=3,
-            sort=sort,  # type: ignore[arg-type]
+            sort=sort,
         )
         seen.extend(rows)
         if cursor is None:
