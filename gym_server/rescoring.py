@@ -27,10 +27,11 @@ from datetime import datetime
 from typing import Any
 
 from gym_server.errors import EnvironmentNotFound, GymError, RolloutNotFound, StoreUnavailable
-from gym_server.sdk.registry import Registry
+from gym_server.sdk.registry import EnvironmentEntry, Registry
+from gym_server.sdk.tasks import Task
 from gym_server.sessions.replay import verify_transcript
 from gym_server.settings import LimitSettings
-from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.records import INLINE_TASK_KEY, TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
 
 __all__ = ["CannotRescore", "EnvSummary", "RescoreOutcome", "RescoreSummary", "Rescorer"]
@@ -216,6 +217,23 @@ class Rescorer:
         summary.outcomes.sort(key=lambda outcome: order[outcome.rollout_id])
         return summary
 
+    @staticmethod
+    def _task_of(entry: EnvironmentEntry, record: TrajectoryRecord) -> Task | None:
+        """The task the episode was played on: the inline one stored with it, else the dataset's."""
+        inline = record.metadata.get(INLINE_TASK_KEY)
+        if inline is None:
+            return entry.dataset.get(record.task_id)
+        try:
+            return entry.cls.inline_task(inline)
+        except GymError as exc:
+            raise CannotRescore(
+                record.id,
+                f"the inline task {record.task_id!r} it was played on is refused by the environment now: "
+                f"{exc.detail}",
+                env=record.env,
+                task_id=record.task_id,
+            ) from exc
+
     async def _rescore(self, record: TrajectoryRecord) -> RescoreOutcome:
         if record.status is TrajectoryStatus.LIVE:
             raise CannotRescore(record.id, "its session is still live; close it first", env=record.env)
@@ -225,7 +243,7 @@ class Rescorer:
             raise CannotRescore(
                 record.id, f"environment {record.env!r} is not installed any more", env=record.env
             ) from exc
-        task = entry.dataset.get(record.task_id)
+        task = self._task_of(entry, record)
         if task is None:
             raise CannotRescore(
                 record.id,

@@ -7,6 +7,7 @@ arguments and hand it to `create_app`; nothing else in the package reads `os.env
 
 from __future__ import annotations
 
+import os
 import socket
 from functools import lru_cache
 from pathlib import Path
@@ -28,10 +29,27 @@ __all__ = [
     "SessionSettings",
     "Settings",
     "StoreSettings",
+    "default_store_path",
     "get_settings",
+    "stray_store_path",
 ]
 
-DEFAULT_DB_PATH = Path("var/gym.db")
+# Where the store used to default to, relative to the current directory (before issue 24).
+LEGACY_DB_PATH = Path("var/gym.db")
+
+
+def default_store_path() -> Path:
+    """The SQLite file used when neither `GYM_STORE__URL` nor `GYM_STORE__PATH` says otherwise.
+
+    It never depends on the current directory (a command run from elsewhere would find nothing and start
+    a second, empty store): `$GYM_HOME/gym.db` when `GYM_HOME` is set, else the XDG data folder,
+    `${XDG_DATA_HOME:-~/.local/share}/gym-server/gym.db`.
+    """
+    home = os.environ.get("GYM_HOME")
+    if home:
+        return Path(home).expanduser() / "gym.db"
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser() / "gym-server" / "gym.db"
 
 
 class SessionSettings(BaseModel):
@@ -122,7 +140,11 @@ class StoreSettings(BaseModel):
     """Where trajectories go and how they are written."""
 
     url: str = Field("", description="SQLAlchemy URL; empty means SQLite at store.path")
-    path: Path = Field(DEFAULT_DB_PATH, description="SQLite file used when no URL is given")
+    path: Path = Field(
+        default_factory=default_store_path,
+        description="SQLite file used when no URL is given (default: $GYM_HOME/gym.db, else "
+        "$XDG_DATA_HOME/gym-server/gym.db, else ~/.local/share/gym-server/gym.db)",
+    )
     flush_interval_s: float = Field(0.2, gt=0, description="the writer's batching window")
     batch_size: int = Field(256, ge=1, description="rows written per transaction at most")
     commit_timeout_s: float = Field(
@@ -130,7 +152,34 @@ class StoreSettings(BaseModel):
     )
 
     def resolved_url(self) -> str:
-        return self.url or f"sqlite:///{self.path}"
+        return self.url or f"sqlite:///{self.path.expanduser()}"
+
+    def stray_warning(self, cwd: Path | None = None) -> str | None:
+        """The warning to print when `stray_store_path` finds an old store, naming both files."""
+        stray = stray_store_path(self, cwd)
+        if stray is None:
+            return None
+        return (
+            f"{stray} exists but is not the store in use ({self.path.expanduser()}): trajectories "
+            "written there by an older gym-server stay there. To keep using it, set "
+            f"GYM_STORE__PATH={stray.resolve()} (or move it to {self.path.expanduser()})"
+        )
+
+
+def stray_store_path(store: StoreSettings, cwd: Path | None = None) -> Path | None:
+    """`./var/gym.db` when it exists but is not the store in use: the old default's data, which a user
+    upgrading from a version that stored relative to the current directory would otherwise lose sight of.
+    Callers warn with both paths; nothing is moved or merged silently."""
+    if store.url:
+        return None
+    legacy = (cwd or Path.cwd()) / LEGACY_DB_PATH
+    if not legacy.is_file():
+        return None
+    try:
+        same = legacy.resolve() == store.path.expanduser().resolve()
+    except OSError:
+        same = False
+    return None if same else legacy
 
 
 class EgressSettings(BaseModel):
@@ -269,7 +318,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()
     rollout_runs: RolloutRunSettings = RolloutRunSettings()
-    store: StoreSettings = StoreSettings()
+    store: StoreSettings = Field(default_factory=StoreSettings)  # its path reads GYM_HOME when built
     sandbox: SandboxSettings = SandboxSettings()
     auth: AuthSettings = AuthSettings()
     judge: JudgeSettings = JudgeSettings()

@@ -28,6 +28,20 @@ from gym_server.settings import Settings
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _gym_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The default store (`$GYM_HOME/gym.db`) in a folder of the session's own, never the user's
+    ~/.local/share/gym-server: a test that leaves the store to its default cannot touch real data.
+    Set in os.environ so the servers and CLIs that tests start inherit it."""
+    before = os.environ.get("GYM_HOME")
+    os.environ["GYM_HOME"] = str(tmp_path_factory.mktemp("gym-home"))
+    yield
+    if before is None:
+        os.environ.pop("GYM_HOME", None)
+    else:
+        os.environ["GYM_HOME"] = before
+
+
 def make_settings(database_url: str, **overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "server_name": "test-server",

@@ -102,6 +102,54 @@ async def test_a_changed_verifier_rescores_and_keeps_the_old_score(database_url:
         assert len(await store.list_rescores(sid)) == 2
 
 
+async def test_an_episode_on_an_inline_task_is_rescored_on_that_task(database_url: str) -> None:
+    """Issue 24: the demo's inline tasks (`learn-15`) were skipped as "not in the current dataset". The
+    task is kept with the trajectory; it wins over a dataset task of the same id (the episode was not
+    played on that one), and a client cannot forge it through its own metadata."""
+    async with serve(database_url, CounterEnv) as old:
+        sids = []
+        for task_id in ("learn-15", "counter-0000"):  # a new id, and one the dataset also has
+            forged = {"inline_task": {"id": task_id, "prompt": "x", "answer": 999}}
+            inline = {"id": task_id, "prompt": "Bring it to 7.", "answer": 7}
+            created = await old.client.post(
+                "/v1/sessions", json={"env": "counter", "task": inline, "seed": 0, "metadata": forged}
+            )
+            assert created.status_code == 201, created.text
+            sid = str(created.json()["session_id"])
+            await solve_counter_to(old.client, sid, 7)
+            await old.client.delete(f"/v1/sessions/{sid}")
+            stored = await wait_for_rollout(old.client, sid, "completed")
+            assert stored["reward"] == 1.0
+            assert stored["metadata"]["inline_task"] == {
+                "id": task_id,
+                "prompt": "Bring it to 7.",
+                "answer": 7,
+                "metadata": {},
+            }
+            sids.append(sid)
+        drawn = await finished_counter(old)  # a dataset task: nothing extra is stored
+        assert "inline_task" not in (await old.client.get(f"/v1/rollouts/{drawn}")).json()["metadata"]
+
+    async with serve(database_url, HalfCounter) as new:
+        for sid in sids:
+            response = await new.client.post(f"/v1/rollouts/{sid}/reverify")
+            assert response.status_code == 200, response.text
+            assert response.json()["current"]["reward"] == 0.5  # reached 7: the inline target
+
+
+async def solve_counter_to(client: httpx.AsyncClient, session_id: str, target: int) -> None:
+    """Bring the counter to `target` and submit (the prompt of an inline task need not name it)."""
+    read = (await client.post(f"/v1/sessions/{session_id}/step", json={"message": call("read")})).json()
+    value = int(read["messages"][0]["content"])
+    while value != target:
+        amount = max(-10, min(10, target - value))
+        stepped = await client.post(
+            f"/v1/sessions/{session_id}/step", json={"message": call("add", {"amount": amount})}
+        )
+        value = int(stepped.json()["messages"][0]["content"])
+    await client.post(f"/v1/sessions/{session_id}/step", json={"message": call("submit")})
+
+
 async def test_same_verifier_gives_the_same_score(database_url: str) -> None:
     async with serve(database_url, CounterEnv) as gym:
         solved = await finished_counter(gym)

@@ -3,7 +3,8 @@
 The server migrates on start-up anyway (`TrajectoryStore.start`); running `gym-server db upgrade` as a
 deploy step makes a wrong URL or a missing permission fail there, before any replica takes traffic.
 Every command reads its URL from `--database-url`, else from the server's own settings (`GYM_DATABASE_URL`
-or `GYM_STORE__URL`, default `sqlite:///var/gym.db`), and never prints a password.
+or `GYM_STORE__URL`, default SQLite at `GYM_STORE__PATH`, see docs/install.md), and never prints a
+password.
 """
 
 from __future__ import annotations
@@ -34,15 +35,23 @@ DatabaseUrlOption = Annotated[
     str | None,
     typer.Option(
         "--database-url",
-        help="SQLAlchemy URL of the store (default: GYM_DATABASE_URL, GYM_STORE__URL or sqlite:///var/gym.db).",
+        help="SQLAlchemy URL of the store (default: GYM_DATABASE_URL, GYM_STORE__URL, or SQLite at "
+        "GYM_STORE__PATH, default ~/.local/share/gym-server/gym.db).",
         show_default=False,
     ),
 ]
 
 
 def resolve_database_url(database_url: str | None) -> str:
-    """The URL given on the command line, else the one the server would use."""
-    return database_url or Settings().store.resolved_url()
+    """The URL given on the command line, else the one the server would use (with a warning on stderr
+    when an old `./var/gym.db` sits beside it, see `StoreSettings.stray_warning`)."""
+    if database_url:
+        return database_url
+    store = Settings().store
+    warning = store.stray_warning()
+    if warning:
+        errors.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    return store.resolved_url()
 
 
 def fail(message: str, exc: BaseException) -> typer.Exit:

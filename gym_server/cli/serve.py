@@ -26,6 +26,7 @@ import typer
 import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from gym_server.auth.mode import auth_enabled
 from gym_server.extras import install_command
@@ -132,7 +133,10 @@ def serve(
     host: Annotated[str | None, typer.Option(help="interface to bind (GYM_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port to bind (GYM_PORT)")] = None,
     database_url: Annotated[
-        str | None, typer.Option("--database-url", help="SQLAlchemy URL; default SQLite at var/gym.db")
+        str | None,
+        typer.Option(
+            "--database-url", help="SQLAlchemy URL; default SQLite at GYM_STORE__PATH (docs/install.md)"
+        ),
     ] = None,
     workers: Annotated[
         int,
@@ -195,6 +199,8 @@ def serve(
         )
         + f"  store: {_mask(settings.store.resolved_url())}"
     )
+    if stray := settings.store.stray_warning():
+        console.print(f"[yellow]warning:[/] {escape(stray)}")
     console.print(
         f"API keys: required (auth.mode={settings.auth.mode}; create one with `gym-server keys create`)"
         if auth_enabled(settings)

@@ -42,7 +42,14 @@ from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.metrics import SessionMetrics
 from gym_server.settings import LimitSettings, Settings
-from gym_server.store.records import DEFAULT_TENANT, FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.records import (
+    DEFAULT_TENANT,
+    INLINE_TASK_KEY,
+    FailureClass,
+    TrajectoryRecord,
+    TrajectoryStatus,
+    utcnow,
+)
 
 __all__ = [
     "LiveSession",
@@ -179,6 +186,10 @@ class SessionManager:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
         chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
+        metadata = dict(metadata or {})
+        metadata.pop(INLINE_TASK_KEY, None)
+        if task is not None and entry.dataset.get(chosen.id) != chosen:
+            metadata[INLINE_TASK_KEY] = chosen.model_dump(mode="json")
         tenant = current_tenant.get() or DEFAULT_TENANT
         if self.quotas is not None:
             self.quotas.reserve_session(tenant)
@@ -198,7 +209,7 @@ class SessionManager:
             ttl_s=ttl_s or limits.default_ttl_s,
             run=run,
             policy=policy,
-            metadata=metadata or {},
+            metadata=metadata,
             created_at=utcnow(),
             tools=instance.tools(),
             max_turns=min(

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Float, Integer, Select, and_, case, cast, func, or_, select
 from sqlalchemy.orm import Session
 
-from gym_server.store.models import trajectories_table, trajectory_totals_table
+from gym_server.store.models import PolicyModel, trajectories_table, trajectory_totals_table
 from gym_server.store.records import TrajectoryRecord
 from gym_server.store.repository import TrajectoryFilter, row_to_record
 
@@ -28,6 +28,8 @@ __all__ = [
     "RunSummary",
     "TaskReward",
     "TrajectoryRow",
+    "TrajectorySort",
+    "compare_choices",
     "curves",
     "find_trajectory",
     "run_summaries",
@@ -217,45 +219,112 @@ class TrajectoryRow(BaseModel):
     created_at: datetime
 
 
+# How a trajectory list is ordered: newest first (the default), or by reward, highest or lowest first
+# (ties newest first; unscored trajectories last in both).
+TrajectorySort = Literal["newest", "reward-desc", "reward-asc"]
+# Unscored rows sort as these rewards, so they come last either way and the keyset stays a plain tuple.
+_UNSCORED = {"reward-desc": -1e300, "reward-asc": 1e300}
+
+
 class PageCursor(BaseModel):
-    """Where a keyset page ends: the last row's `(created_at, id)`; the next page starts after it."""
+    """Where a keyset page ends: the last row's `(created_at, id)`, and its sort key when the list is
+    ordered by reward; the next page starts after it."""
 
     created_at: datetime
     id: str
+    reward: float | None = None
 
     def token(self) -> str:
-        return f"{self.created_at.isoformat()}|{self.id}"
+        moment = f"{self.created_at.isoformat()}|{self.id}"
+        return moment if self.reward is None else f"r={self.reward!r}|{moment}"
 
     @classmethod
     def parse(cls, token: str) -> PageCursor:
         """The cursor `token()` wrote; raises ValueError on anything else."""
+        reward = None
+        if token.startswith("r="):
+            key, _, token = token[2:].partition("|")
+            try:
+                reward = float(key)
+            except ValueError:
+                raise ValueError(f"a reward cursor starts 'r=<number>|', not {key!r}") from None
         moment, separator, trajectory_id = token.partition("|")
         if not separator or not trajectory_id:
             raise ValueError("a cursor is '<created_at ISO time>|<trajectory id>'")
-        return cls(created_at=_aware(moment), id=trajectory_id)
+        return cls(created_at=_aware(moment), id=trajectory_id, reward=reward)
 
 
 _ROW_COLUMNS = [_columns[name] for name in TrajectoryRow.model_fields]
 
 
 def trajectory_page(
-    session: Session, where: TrajectoryFilter, *, after: PageCursor | None = None, limit: int = 50
+    session: Session,
+    where: TrajectoryFilter,
+    *,
+    after: PageCursor | None = None,
+    limit: int = 50,
+    sort: TrajectorySort = "newest",
 ) -> tuple[list[TrajectoryRow], PageCursor | None]:
-    """One page of trajectories, newest first, after `after`; and the cursor of the next page, if any."""
+    """One page of trajectories in `sort` order, after `after`; and the cursor of the next page, if any.
+
+    Newest first pages on the `(created_at, id)` index. By reward, the filtered rows are ordered on
+    `(reward, created_at, id)`, with no index on reward: meant for a run or an env, not a whole store.
+
+    Raises:
+        ValueError: `after` was written for another order.
+    """
     statement = select(*_ROW_COLUMNS).where(*where.clauses())
-    if after is not None:
-        statement = statement.where(
-            or_(
-                _columns.created_at < after.created_at,
-                and_(_columns.created_at == after.created_at, _columns.id < after.id),
-            )
-        )
-    statement = statement.order_by(_columns.created_at.desc(), _columns.id.desc()).limit(limit + 1)
+    if sort == "newest":
+        if after is not None and after.reward is not None:
+            raise ValueError("this cursor pages a list sorted by reward; drop `after` or sort by reward")
+        if after is not None:
+            statement = statement.where(_older_than(after))
+        order: list[Any] = [_columns.created_at.desc(), _columns.id.desc()]
+    else:
+        key = func.coalesce(_columns.reward, _UNSCORED[sort])
+        if after is not None:
+            if after.reward is None:
+                raise ValueError("this cursor pages a list newest first; drop `after` or sort by date")
+            beyond = key < after.reward if sort == "reward-desc" else key > after.reward
+            statement = statement.where(or_(beyond, and_(key == after.reward, _older_than(after))))
+        order = [
+            key.desc() if sort == "reward-desc" else key.asc(),
+            _columns.created_at.desc(),
+            _columns.id.desc(),
+        ]
+    statement = statement.order_by(*order).limit(limit + 1)
     rows = [TrajectoryRow.model_validate(row._asdict()) for row in session.execute(statement)]
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, PageCursor(created_at=rows[-1].created_at, id=rows[-1].id)
+    last = rows[-1]
+    reward = None if sort == "newest" else (last.reward if last.reward is not None else _UNSCORED[sort])
+    return rows, PageCursor(created_at=last.created_at, id=last.id, reward=reward)
+
+
+def _older_than(after: PageCursor) -> ColumnElement[bool]:
+    """Rows after `after` in newest-first order: created earlier, or at once with a smaller id."""
+    return or_(
+        _columns.created_at < after.created_at,
+        and_(_columns.created_at == after.created_at, _columns.id < after.id),
+    )
+
+
+def compare_choices(
+    session: Session, where: TrajectoryFilter, by: Literal["run", "policy"], *, limit: int = 500
+) -> list[str]:
+    """What one side of Compare can pick: the runs (or policy models) of the trajectories `where` keeps,
+    most recently active first, at most `limit`. Reads `(run, created_at)` (or the policy index)."""
+    name = _columns.run if by == "run" else PolicyModel(_columns.policy)
+    last_at = func.max(_columns.created_at)
+    statement = (
+        select(name.label("name"))
+        .where(name.is_not(None), name != "", *where.clauses())
+        .group_by(name)
+        .order_by(last_at.desc(), name)
+        .limit(limit)
+    )
+    return [str(row.name) for row in session.execute(statement)]
 
 
 def find_trajectory(session: Session, where: TrajectoryFilter, trajectory_id: str) -> TrajectoryRecord | None:

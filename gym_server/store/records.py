@@ -15,10 +15,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DEFAULT_TENANT", "FailureClass", "TrajectoryRecord", "TrajectoryStatus", "utcnow"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "INLINE_TASK_KEY",
+    "FailureClass",
+    "TrajectoryRecord",
+    "TrajectoryStatus",
+    "utcnow",
+]
 
 # The tenant of episodes made without an API key (authentication off) and of rows older than tenants.
 DEFAULT_TENANT = "default"
+
+# The metadata key under which an episode played on an inline task (one not in its environment's dataset,
+# or differing from the dataset's task of that id) keeps that task, answer included: `reverify` and
+# `audit` score the episode again on the very task it was played on. Set by the server; a client's own
+# value under this key is replaced.
+INLINE_TASK_KEY = "inline_task"
 
 
 def utcnow() -> datetime:

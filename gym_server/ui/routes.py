@@ -113,15 +113,18 @@ async def trajectories_page(
     store: StoreDep,
     registry: RegistryDep,
     after: Annotated[str | None, Query(max_length=400, description="the cursor of the previous page")] = None,
+    sort: inspector.TrajectorySort = "newest",
 ) -> Response:
-    """Trajectories matching the filter, newest first, paged by keyset."""
+    """Trajectories matching the filter, newest first or by reward, paged by keyset."""
     try:
         cursor = inspector.PageCursor.parse(after) if after else None
+        rows, next_cursor = await store.read(
+            partial(
+                inspector.trajectory_page, where=where, after=cursor, limit=TRAJECTORIES_PER_PAGE, sort=sort
+            )
+        )
     except ValueError as exc:
         raise InvalidRequest(f"after: {exc}") from None
-    rows, next_cursor = await store.read(
-        partial(inspector.trajectory_page, where=where, after=cursor, limit=TRAJECTORIES_PER_PAGE)
-    )
     return _page(
         request,
         "trajectories.html",
@@ -130,6 +133,7 @@ async def trajectories_page(
         next_after=None if next_cursor is None else next_cursor.token(),
         first_page=cursor is None,
         envs=sorted(registry.names()),
+        sort=sort,
     )
 
 
@@ -161,13 +165,28 @@ async def compare_page(
     b: Annotated[str | None, Query(max_length=256)] = None,
     by: Literal["run", "policy"] = "run",
 ) -> Response:
-    """Two runs (or two policies) on the tasks both attempted: reward per task, better and worse."""
+    """Two runs (or two policies) on the tasks both attempted: reward per task, better and worse.
+
+    Each side is picked from the runs (or policy models) in the store, most recently active first, so a
+    comparison never starts from a mistyped name; a name given in the URL stays selectable.
+    """
     comparison = None
     if a and b:
         side_a = await store.read(partial(inspector.task_rewards, where=where.model_copy(update={by: a})))
         side_b = await store.read(partial(inspector.task_rewards, where=where.model_copy(update={by: b})))
         comparison = compare_tasks(side_a, side_b)
-    return _page(request, "compare.html", where=where, a=a or "", b=b or "", by=by, comparison=comparison)
+    scope = where.model_copy(update={by: None})
+    choices = await store.read(partial(inspector.compare_choices, where=scope, by=by))
+    return _page(
+        request,
+        "compare.html",
+        where=where,
+        a=a or "",
+        b=b or "",
+        by=by,
+        comparison=comparison,
+        choices=choices,
+    )
 
 
 @router.get("/live")

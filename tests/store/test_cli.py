@@ -51,13 +51,37 @@ def test_db_upgrade_and_current(runner: CliRunner, empty_url: str) -> None:
 def test_db_url_defaults_to_the_server_settings(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The default store is `$GYM_HOME/gym.db`, wherever the command runs from (never ./var/gym.db)."""
+    monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))
     result = runner.invoke(cli, ["db", "upgrade"])
     assert result.exit_code == 0, result.output
-    assert "Database sqlite:///var/gym.db" in result.output
-    assert (tmp_path / "var" / "gym.db").is_file()
+    assert f"Database sqlite:///{tmp_path / 'home' / 'gym.db'}" in result.output
+    assert (tmp_path / "home" / "gym.db").is_file()
+    assert not (tmp_path / "var").exists()
     monkeypatch.setenv("GYM_DATABASE_URL", f"sqlite:///{tmp_path / 'other.db'}")
     result = runner.invoke(cli, ["db", "current"])
     assert f"Database sqlite:///{tmp_path / 'other.db'}: revision none" in result.output
+
+
+def test_an_old_store_in_the_current_directory_is_named_not_used(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upgrading from the cwd-relative default: ./var/gym.db is not silently ignored (nor split into)."""
+    monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "gym.db").write_bytes(b"")
+    result = runner.invoke(cli, ["db", "current"])
+    assert result.exit_code == 0, result.output
+    warning = " ".join(result.stderr.split())
+    assert "warning:" in warning
+    assert str(tmp_path / "var" / "gym.db") in warning
+    assert str(tmp_path / "home" / "gym.db") in warning
+    assert f"GYM_STORE__PATH={tmp_path / 'var' / 'gym.db'}" in warning
+    # Following the advice makes it the store in use, and the warning goes away.
+    monkeypatch.setenv("GYM_STORE__PATH", str(tmp_path / "var" / "gym.db"))
+    again = runner.invoke(cli, ["db", "current"])
+    assert "warning" not in again.stderr
+    assert f"Database sqlite:///{tmp_path / 'var' / 'gym.db'}" in " ".join(again.output.split())
 
 
 @pytest.mark.postgres

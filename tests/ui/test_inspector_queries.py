@@ -3,6 +3,7 @@ show (counts, means, success, failures), curves, keyset pages, per-task comparis
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,61 @@ def test_keyset_pages_cover_every_row_once_newest_first(populated_session: Sessi
         populated_session, TrajectoryFilter(), after=inspector.PageCursor.parse(token), limit=2
     )
     assert [row.id for row in rows] == [seen[3].id, seen[4].id]
+
+
+@pytest.mark.parametrize("sort", ["reward-desc", "reward-asc"])
+def test_keyset_pages_by_reward_cover_every_row_once_in_order(
+    populated_session: Session, sort: inspector.TrajectorySort
+) -> None:
+    """Sorted by reward across pages of 3 (ties and an unscored row included): each row once, in order,
+    the unscored one last whichever the direction."""
+    seen: list[inspector.TrajectoryRow] = []
+    cursor = None
+    for _ in range(10):
+        rows, cursor = inspector.trajectory_page(
+            populated_session,
+            TrajectoryFilter(),
+            after=cursor,
+            limit=3,
+            sort=sort,
+        )
+        seen.extend(rows)
+        if cursor is None:
+            break
+        cursor = inspector.PageCursor.parse(cursor.token())  # through the URL's form, as the page does
+    assert len(seen) == len({row.id for row in seen}) == 10
+    scored = [row.reward for row in seen if row.reward is not None]
+    assert scored == sorted(scored, reverse=sort == "reward-desc")
+    assert seen[-1].reward is None and len(scored) == 9
+    for first, second in itertools.pairwise(seen):  # ties: newest first
+        if first.reward == second.reward:
+            assert (first.created_at, first.id) >= (second.created_at, second.id)
+
+
+def test_a_cursor_of_another_order_is_refused(populated_session: Session) -> None:
+    _, by_date = inspector.trajectory_page(populated_session, TrajectoryFilter(), limit=2)
+    _, by_reward = inspector.trajectory_page(
+        populated_session, TrajectoryFilter(), limit=2, sort="reward-desc"
+    )
+    assert by_date is not None and by_reward is not None and by_reward.reward is not None
+    with pytest.raises(ValueError, match="sorted by reward"):
+        inspector.trajectory_page(populated_session, TrajectoryFilter(), after=by_reward)
+    with pytest.raises(ValueError, match="newest first"):
+        inspector.trajectory_page(populated_session, TrajectoryFilter(), after=by_date, sort="reward-asc")
+    with pytest.raises(ValueError, match="reward cursor"):
+        inspector.PageCursor.parse("r=high|2026-11-20T10:00:00+00:00|x")
+
+
+def test_compare_choices_are_the_stores_runs_and_policies(populated_session: Session) -> None:
+    assert inspector.compare_choices(populated_session, TrajectoryFilter(), "run") == [
+        "improved",
+        "baseline",
+        "math-run",
+    ]
+    assert inspector.compare_choices(populated_session, TrajectoryFilter(), "policy") == ["tiny-b", "tiny-a"]
+    assert inspector.compare_choices(populated_session, TrajectoryFilter(env="math"), "run") == ["math-run"]
+    other = TrajectoryFilter(tenant="someone-else")
+    assert inspector.compare_choices(populated_session, other, "run") == []
 
 
 def test_a_bad_cursor_is_refused() -> None:
