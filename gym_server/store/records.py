@@ -53,6 +53,9 @@ class FailureClass(StrEnum):
     JUDGE_FAILED = "judge_failed"
     POLICY_ERROR = "policy_error"
     POLICY_TIMEOUT = "policy_timeout"
+    STORE_ERROR = (
+        "store_error"  # the store did not commit the episode's row at creation (the create was a 503)
+    )
 
 
 class TrajectoryRecord(BaseModel):
