@@ -48,6 +48,7 @@ from gym_server.sdk.tasks import Task
 from gym_server.sessions.metrics import SessionMetrics
 from gym_server.settings import LimitSettings, Settings
 from gym_server.store.records import DEFAULT_TENANT, FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.storable import check_episode
 
 __all__ = [
     "LiveSession",
@@ -186,6 +187,7 @@ class SessionManager:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
         chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
+        check_episode(run=run, task_id=chosen.id, policy=policy)
         tenant = current_tenant.get() or DEFAULT_TENANT
         if self.quotas is not None:
             self.quotas.reserve_session(tenant)

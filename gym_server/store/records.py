@@ -15,10 +15,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DEFAULT_TENANT", "FailureClass", "TrajectoryRecord", "TrajectoryStatus", "utcnow"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "NAME_MAX_CHARS",
+    "FailureClass",
+    "TrajectoryRecord",
+    "TrajectoryStatus",
+    "utcnow",
+]
 
 # The tenant of episodes made without an API key (authentication off) and of rows older than tenants.
 DEFAULT_TENANT = "default"
+# The longest name a row keeps (run, env, task id, the policy's model: `VARCHAR(255)` columns; PostgreSQL
+# refuses a longer one, so the API refuses it first).
+NAME_MAX_CHARS = 255
 
 
 def utcnow() -> datetime:
