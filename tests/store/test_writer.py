@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,14 +192,21 @@ async def test_a_refused_record_is_never_acknowledged_and_is_written_again_when_
     await store.committed(bad.id)
     assert (await store.get(bad.id)) is not None
     await store.committed(bad.id)  # nothing left to write
-    # `forget` drops a refusal nobody will ask about again: then there is nothing to write.
-    other = make_record(metadata={"not json": object()})
+    # `forget` drops a refusal nobody will ask about again: then there is nothing to write. This one is
+    # too deep for the JSON writer, and for `repr`: describing its refusal once killed the writer thread.
+    deep: Any = 1
+    for _ in range(300):
+        deep = [deep]
+    other = make_record(metadata={"deep": deep})
     store.record(other)
     with pytest.raises(StoreRefused):
         await store.committed(other.id)
     store.forget(other.id)
     assert store.refused == 0
     await store.committed(other.id)
+    assert store.healthy
+    store.record(make_record(id=other.id))
+    await store.committed(other.id)  # the writer thread is alive and writing
 
 
 async def test_writer_survives_an_outage(
