@@ -82,8 +82,7 @@ def loads_strict(raw: bytes | str) -> Any:
         json.JSONDecodeError: the text is not JSON, or holds a value the gym cannot store (its message
             says which).
     """
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    data = text.encode()
+    text, data = (raw.decode(), raw) if isinstance(raw, bytes) else (raw, raw.encode())
     if b"NaN" in data or b"Infinity" in data:
         try:
             json.loads(text, parse_constant=_refuse_constant)
