@@ -53,6 +53,7 @@ __all__ = [
     "SessionLost",
     "SessionNotFound",
     "SplitNotFound",
+    "StoreRefused",
     "StoreUnavailable",
     "TaskNotFound",
     "TooManyConnections",
@@ -301,6 +302,18 @@ class StoreUnavailable(BackendUnavailable):
 
     slug = "store-unavailable"
     title = "Trajectory store unavailable"
+
+
+class StoreRefused(StoreUnavailable):
+    """The database refused a trajectory's record for its content (a constraint, a value it cannot keep).
+
+    Nothing was acknowledged: the store keeps the refused record and writes it again when the same
+    acknowledgement is asked for again (a retried close), so a refusal that was transient heals, and
+    one that is not keeps answering this error, never a 2xx without the row.
+    """
+
+    slug = "store-refused"
+    title = "Trajectory refused by the store"
 
 
 class SandboxUnavailable(BackendUnavailable):

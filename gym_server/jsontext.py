@@ -5,23 +5,38 @@ it cannot write an integer beyond 64 bits (a `TypeError`), and it reads one back
 has no such limit, so `dumps` falls back to the standard library for such values and `loads` reads any
 text holding a run of 19 or more digits with it (that run is the only way such an integer can appear).
 NaN and Infinity are not JSON at all: Python's `json` and pydantic accept them, orjson writes them as
-`null`. Bodies are therefore read with `loads_strict` (or checked with `refuse_non_finite` where pydantic
-parsed them already), so such a value is refused with a 422 before anything is applied, instead of being
-stored as something else.
+`null`; a number too large for a double (`1e400`) is read as infinity and would be stored as `null` too;
+an escaped lone UTF-16 surrogate (`"\\ud800"`) is read into a Python string that can never be encoded
+(the store refused the whole trajectory, after the 2xx); JSON nested deeper than the writer goes cannot
+be stored either. Bodies are therefore read with `loads_strict` (or checked with `refuse_unstorable`
+where pydantic parsed them already), so such a value is refused with a 422 before anything is applied,
+instead of being stored as something else or not at all.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pydantic_core
 
-__all__ = ["dumps", "loads", "loads_strict", "refuse_non_finite"]
+__all__ = ["MAX_DEPTH", "dumps", "loads", "loads_strict", "refuse_unstorable"]
 
 _LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
+# The deepest nesting a body may have: pydantic's JSON parser (every fast-path body) stops at this
+# depth, and orjson writes 254 levels at most, so whatever a body holds, nested in a trajectory's
+# columns, can be written.
+MAX_DEPTH = 200
+# Where a surrogate may hide: an escape `\uD800`-`\uDFFF`. The scan pairs them up and must see escaped
+# backslashes too, so that `\\ud800` (a backslash, then text) is not taken for one.
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
+_ESCAPES = re.compile(rb"\\\\|\\u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
+# A number a double cannot hold: an exponent of three digits or more, or a run of 309 digits.
+_OVERFLOW_HINT = re.compile(rb"[eE]\+?0*[1-9][0-9]{2}|[0-9]{309}")
 
 
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
@@ -59,25 +74,100 @@ class _NonFinite(ValueError):
 
 
 def loads_strict(raw: bytes | str) -> Any:
-    """`json.loads` that refuses NaN and ±Infinity, which are not JSON.
+    """Parse a request body, refusing what `refuse_unstorable` refuses and nesting deeper than `MAX_DEPTH`.
+
+    The parser is pydantic's, as on the fast path: the same depth limit, integers of any size exact.
 
     Raises:
-        json.JSONDecodeError: the text is not JSON, or holds NaN or Infinity (its message says which).
+        json.JSONDecodeError: the text is not JSON, or holds a value the gym cannot store (its message
+            says which).
     """
-    text = raw.decode() if isinstance(raw, bytes) else raw
+    text, data = (raw.decode(), raw) if isinstance(raw, bytes) else (raw, raw.encode())
+    if b"NaN" in data or b"Infinity" in data:
+        try:
+            json.loads(text, parse_constant=_refuse_constant)
+        except _NonFinite as exc:
+            name = str(exc)
+            raise json.JSONDecodeError(
+                f"{name} is not JSON; send a finite number, or null", text, max(text.find(name), 0)
+            ) from None
+    _refuse_lone_surrogate(data)
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except _NonFinite as exc:
-        name = str(exc)
+        value = pydantic_core.from_json(data, allow_inf_nan=False)
+    except ValueError as exc:
+        message = str(exc)
+        if "recursion limit" in message:
+            message = f"JSON nested deeper than {MAX_DEPTH} levels cannot be stored"
+        raise json.JSONDecodeError(message, text, 0) from None
+    if _OVERFLOW_HINT.search(data) is not None and _overflows(value):
+        raise _overflow_error(text)
+    return value
+
+
+def _lone_surrogate_at(raw: bytes) -> int | None:
+    """The offset of the first escaped UTF-16 surrogate in `raw` that is not half of a pair, if any."""
+    if _SURROGATE_HINT.search(raw) is None:  # nearly every body: one C-speed scan
+        return None
+    high_at = -1  # offset of a high surrogate waiting for its low half, which must follow at once
+    for match in _ESCAPES.finditer(raw):
+        half = match.group(1)
+        if high_at >= 0:
+            if half is not None and half not in b"89abAB" and match.start() == high_at + 6:
+                high_at = -1
+                continue
+            return high_at
+        if half is None:
+            continue  # an escaped backslash
+        if half in b"89abAB":
+            high_at = match.start()
+        else:
+            return match.start()
+    return high_at if high_at >= 0 else None
+
+
+def _overflows(value: Any) -> bool:
+    """Whether a parsed JSON value holds a float that overflowed to infinity."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _refuse_lone_surrogate(data: bytes) -> None:
+    surrogate_at = _lone_surrogate_at(data)
+    if surrogate_at is not None:
+        escape = data[surrogate_at : surrogate_at + 6].decode()
         raise json.JSONDecodeError(
-            f"{name} is not JSON; send a finite number, or null", text, max(text.find(name), 0)
-        ) from None
+            f"{escape} is an unpaired UTF-16 surrogate, not text: it could be neither stored nor sent on",
+            data.decode(errors="replace"),
+            surrogate_at,
+        )
 
 
-def refuse_non_finite(raw: bytes) -> None:
-    """Raise like `loads_strict` if `raw` (already valid JSON to a lenient parser) holds NaN or Infinity.
+def _overflow_error(text: str) -> json.JSONDecodeError:
+    return json.JSONDecodeError(
+        "a number is beyond the range of a double (it would be stored as null); send it as a string", text, 0
+    )
 
-    The substring test is a memchr-speed scan, so bodies without those words (nearly all) cost nothing more.
+
+def refuse_unstorable(raw: bytes) -> None:
+    """Raise like `loads_strict` if `raw` (already parsed by pydantic, which limits its depth) holds a value
+    the gym could not store as sent: NaN or Infinity, a number beyond a double's range, a lone surrogate.
+
+    Each test starts with a C-speed scan for what such a value must look like, so bodies without one
+    (nearly all) cost nothing more.
+
+    Raises:
+        json.JSONDecodeError: the message says which value and where.
     """
     if b"NaN" in raw or b"Infinity" in raw:
         loads_strict(raw)
+    _refuse_lone_surrogate(raw)
+    if _OVERFLOW_HINT.search(raw) is not None and _overflows(json.loads(raw)):
+        raise _overflow_error(raw.decode(errors="replace"))

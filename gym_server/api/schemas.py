@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.messages import Message, check_text
-from gym_server.store.records import TrajectoryRecord
+from gym_server.store.records import NAME_MAX_CHARS, TrajectoryRecord
 
 __all__ = [
     "BatchVerifyItem",
@@ -61,7 +61,7 @@ class TaskRef(BaseModel):
     model_config = _STRICT
 
     env: str = Field(min_length=1, max_length=128, examples=["workplace"])
-    task_id: str | None = Field(None, min_length=1, max_length=256, examples=["workplace-00001"])
+    task_id: str | None = Field(None, min_length=1, max_length=NAME_MAX_CHARS, examples=["workplace-00001"])
     task: dict[str, Any] | None = Field(
         None,
         description=(
@@ -101,7 +101,10 @@ class CreateSessionRequest(TaskRef):
         None, gt=0, description="idle time-to-live in seconds (server maximum applies)"
     )
     run: str | None = Field(
-        None, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$", description="groups trajectories of one run"
+        None,
+        max_length=NAME_MAX_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="groups trajectories of one run",
     )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     metadata: dict[str, Any] = Field(default_factory=dict)

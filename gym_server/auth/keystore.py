@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from gym_server.auth.keys import Scope, new_key, parse_scopes, validate_tenant
 from gym_server.store.models import ApiKey
 from gym_server.store.records import utcnow
+from gym_server.store.storable import name_problem
 
 __all__ = ["KeyInfo", "StoredKey", "create_key", "list_keys", "load_active_keys", "revoke_key"]
 
@@ -52,9 +53,11 @@ def create_key(
     """Store a new key; returns its description and the key itself, which is not stored anywhere.
 
     Raises:
-        ValueError: a bad tenant name or scope.
+        ValueError: a bad tenant name or scope, or a name the store cannot keep.
     """
     validate_tenant(tenant)
+    if name is not None and (problem := name_problem("the key's name", name)):
+        raise ValueError(problem)
     wanted = parse_scopes(scopes)
     key_id, key, secret_hash = new_key()
     row = ApiKey(

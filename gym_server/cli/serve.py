@@ -272,8 +272,26 @@ def _sandbox_share(settings: Settings, workers: int) -> SandboxSettings:
     )
 
 
+def _migrate_once(url: str) -> None:
+    """Bring the shared database to head before any replica starts, so none of them races another on a
+    new schema (each replica's own upgrade then finds it at head); a database that cannot be migrated
+    stops `serve` here with one line instead of N replicas failing one by one."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gym_server.store.migrate import describe_error, upgrade_database
+
+    try:
+        upgrade_database(url)
+    except (SQLAlchemyError, OSError) as exc:
+        console.print(
+            f"cannot migrate the trajectory database {_mask(url)}: {describe_error(exc)}", markup=False
+        )
+        raise typer.Exit(1) from None
+
+
 def _run_replicas(settings: Settings, workers: int) -> None:
-    """Start the replicas, forward SIGTERM/SIGINT to them, and wait until all have stopped."""
+    """Migrate the database, start the replicas, forward SIGTERM/SIGINT to them, and wait for them all."""
+    _migrate_once(settings.store.resolved_url())
     context = multiprocessing.get_context("spawn")
     replicas = []
     sandbox = _sandbox_share(settings, workers)
@@ -286,7 +304,7 @@ def _run_replicas(settings: Settings, workers: int) -> None:
             }
         )
         process = context.Process(
-            target=_run_orphan_proof_replica, args=(replica,), name=f"gym-server-{index}"
+            target=_run_orphan_proof_replica, args=(replica, os.getpid()), name=f"gym-server-{index}"
         )
         process.start()
         replicas.append(process)
@@ -302,11 +320,13 @@ def _run_replicas(settings: Settings, workers: int) -> None:
         process.join()
 
 
-def _run_orphan_proof_replica(settings: Settings) -> None:
+def _run_orphan_proof_replica(settings: Settings, parent_pid: int) -> None:
     # If the parent dies without forwarding a signal (SIGKILL), the kernel sends this replica SIGTERM,
     # so no replica outlives its parent holding a port. Linux only; elsewhere it is skipped.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:
+        return  # the parent died while this replica was still importing, before the signal was armed
     _run_replica(settings)
 
 

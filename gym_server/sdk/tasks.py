@@ -16,6 +16,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gym_server.errors import EnvironmentDefinitionError
+from gym_server.store.records import NAME_MAX_CHARS
 
 __all__ = [
     "DATASETS_ROOT",
@@ -38,7 +39,7 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Control characters are refused: ids are path segments and plain-text database columns.
-    id: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+    id: str = Field(min_length=1, max_length=NAME_MAX_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
     prompt: str | list[dict[str, Any]] = Field(
         description="the user's request, or the full opening messages of the episode"
     )

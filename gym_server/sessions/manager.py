@@ -7,7 +7,11 @@ Invariants it keeps:
   expiry, a budget, an environment crash, server shutdown); a row is written at creation (status
   `live`) so even a killed server is found out at the next start, and `live` rows are refreshed by
   the reaper's snapshots, never by a per-step database round trip;
-- a closed or expired id answers 410 for `tombstone_s`, then 404 like an id never seen.
+- a closed or expired id answers 410 for `tombstone_s`, then 404 like an id never seen;
+- a 2xx follows the commit of the row it promises, never a refusal: a create whose row the store does
+  not commit ends its session (the sandbox goes back) and answers 503; a close whose final row is
+  refused answers 503, and closing it again writes that row again (`RecordSink.committed`), so a close
+  answers 204 only once the row is stored.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from gym_server.errors import (
     SessionExpired,
     SessionFinished,
     SessionNotFound,
+    StoreRefused,
     StoreUnavailable,
 )
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
@@ -50,6 +55,7 @@ from gym_server.store.records import (
     TrajectoryStatus,
     utcnow,
 )
+from gym_server.store.storable import check_episode
 
 __all__ = [
     "LiveSession",
@@ -70,6 +76,8 @@ class RecordSink(Protocol):
     def record(self, record: TrajectoryRecord) -> None: ...
 
     async def committed(self, trajectory_id: str) -> None: ...
+
+    def forget(self, trajectory_id: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -186,6 +194,7 @@ class SessionManager:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
         chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
+        check_episode(run=run, task_id=chosen.id, policy=policy)
         metadata = dict(metadata or {})
         metadata.pop(INLINE_TASK_KEY, None)
         if task is not None and entry.dataset.get(chosen.id) != chosen:
@@ -227,7 +236,17 @@ class SessionManager:
         self.metrics.live.set(len(self._live))
         # The 201 promises the episode is on record: a server killed right after it still leaves the row
         # that the next start marks lost.
-        await self._acknowledge(session.id)
+        try:
+            await self._acknowledge(session.id)
+        except StoreUnavailable as exc:
+            # The client gets no id, so nobody could close this session: it must not hold its sandbox
+            # until the TTL. Its row (if the database takes it later) says why it ended.
+            session.failure = FailureClass.STORE_ERROR
+            await self._finish(session, TrajectoryStatus.FAILED, "could not be stored when it was created")
+            why = (
+                "the database refused it" if isinstance(exc, StoreRefused) else "the database is slow or down"
+            )
+            raise type(exc)(f"no session was created, its trajectory could not be stored ({why})") from None
         return session
 
     async def _start_env(self, entry: EnvironmentEntry, task: Task, seed: int | None) -> Environment:
@@ -408,12 +427,17 @@ class SessionManager:
 
         Raises:
             StoreUnavailable: not committed within `store.commit_timeout_s` (the record stays queued and
-                is written when the database is back; repeating the request confirms it), or refused.
+                is written when the database is back; repeating the request confirms it).
+            StoreRefused: the database refused the record (repeating the request writes it again).
         """
         timeout_s = self.settings.store.commit_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
                 await self.sink.committed(session_id)
+        except StoreRefused as exc:
+            raise StoreRefused(
+                f"{exc.detail}; it is not stored: repeating the request writes it again"
+            ) from None
         except TimeoutError:
             raise StoreUnavailable(
                 f"trajectory {session_id!r} is not committed after {timeout_s:g} s (the database is slow or "
@@ -477,6 +501,7 @@ class SessionManager:
         horizon = now - self.settings.sessions.tombstone_s
         for gone_id in [key for key, (when, _, _) in self._gone.items() if when < horizon]:
             del self._gone[gone_id]
+            self.sink.forget(gone_id)  # the id answers 404 now: nobody can ask for its row again
         return len(expired)
 
     def snapshot_dirty(self) -> int:

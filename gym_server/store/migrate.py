@@ -12,12 +12,18 @@ rows queued on an outage but skips a row the database refuses, reads turn an out
 message carries SQLAlchemy's statement dump (it would hold transcripts).
 
 Migrations run programmatically (`upgrade_database`) against the `migrations/` folder shipped inside the
-package: no `alembic.ini` is needed where the server runs. On Postgres the upgrade holds an advisory lock,
-so replicas starting together migrate one after another instead of racing on `CREATE TABLE`.
+package: no `alembic.ini` is needed where the server runs. Replicas and separate `serve` processes may start
+together against one new database, so the upgrade is serialized per database: on PostgreSQL by a
+transaction-scoped advisory lock, on a SQLite file by an exclusive `flock` on a sibling `<file>.migrate-lock`
+(never on the database file itself: closing any descriptor of that file would drop SQLite's own POSIX locks
+held by the same process). The second one waits, then finds the schema at head and does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Engine, create_engine, event, make_url, text
-from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from gym_server import jsontext
@@ -72,8 +78,10 @@ def is_outage(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """The driver's error as one line, without SQLAlchemy's statement and parameters (they hold user data)."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    """The driver's error as one line, without SQLAlchemy's statement and parameters (they hold user data,
+    and printing them may itself fail: a value nested too deep for the JSON writer is also too deep for
+    `repr`, which once crashed the writer thread here)."""
+    cause = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
     lines = str(cause).strip().splitlines()
     return f"{type(cause).__name__}: {lines[0] if lines else ''}"
 
@@ -176,18 +184,40 @@ def refresh_statistics(url: str | URL) -> None:
         engine.dispose()
 
 
+@contextlib.contextmanager
+def _sqlite_migration_lock(url: URL) -> Iterator[None]:
+    """Hold an exclusive lock beside the SQLite file `url` names (nothing for an in-memory database)."""
+    database = url.database or ""
+    if (
+        url.get_backend_name() != "sqlite"
+        or not database
+        or database == ":memory:"
+        or database.startswith("file:")
+    ):
+        yield
+        return
+    lock_path = Path(database).with_name(Path(database).name + ".migrate-lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock_file:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def upgrade_database(url: str | URL, revision: str = "head") -> None:
     """Run `alembic upgrade <revision>` on the database at `url`; a no-op when it is already there.
 
-    Anything but head is for measuring what a revision costs (`benchmarks/ui.py --writer`).
+    Safe to call from several processes at once on the same database: they migrate one after another
+    (see the module docstring). Anything but head is for measuring what a revision costs
+    (`benchmarks/ui.py --writer`).
 
     Raises:
         sqlalchemy.exc.OperationalError: the database cannot be reached.
     """
     config = _alembic_config()
-    engine = make_engine(url)
+    parsed = make_url(url)
+    engine = make_engine(parsed)
     try:
-        with engine.begin() as connection:
+        with _sqlite_migration_lock(parsed), engine.begin() as connection:
             if connection.dialect.name == "postgresql":
                 # Released at commit; a second replica waits here, then finds the schema at head.
                 connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})

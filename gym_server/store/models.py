@@ -37,7 +37,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeEngine
 
-from gym_server.store.records import DEFAULT_TENANT
+from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
 
 __all__ = [
     "ApiKey",
@@ -82,7 +82,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 # Column shapes used more than once.
 trajectory_id = Annotated[str, mapped_column(String(128))]
-name = Annotated[str, mapped_column(String(255))]
+name = Annotated[str, mapped_column(String(NAME_MAX_CHARS))]
 timestamp = Annotated[datetime, mapped_column(UTCDateTime())]
 
 

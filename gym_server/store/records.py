@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "DEFAULT_TENANT",
     "INLINE_TASK_KEY",
+    "NAME_MAX_CHARS",
     "FailureClass",
     "TrajectoryRecord",
     "TrajectoryStatus",
@@ -26,6 +27,9 @@ __all__ = [
 
 # The tenant of episodes made without an API key (authentication off) and of rows older than tenants.
 DEFAULT_TENANT = "default"
+# The longest name a row keeps (run, env, task id, the policy's model: `VARCHAR(255)` columns; PostgreSQL
+# refuses a longer one, so the API refuses it first).
+NAME_MAX_CHARS = 255
 
 # The metadata key under which an episode played on an inline task (one not in its environment's dataset,
 # or differing from the dataset's task of that id) keeps that task, answer included: `reverify` and
@@ -66,6 +70,9 @@ class FailureClass(StrEnum):
     JUDGE_FAILED = "judge_failed"
     POLICY_ERROR = "policy_error"
     POLICY_TIMEOUT = "policy_timeout"
+    STORE_ERROR = (
+        "store_error"  # the store did not commit the episode's row at creation (the create was a 503)
+    )
 
 
 class TrajectoryRecord(BaseModel):

@@ -11,9 +11,12 @@ once, and every waiter of a batch is released after that batch's one transaction
 Failures are sorted by cause. When the database cannot be reached (connection refused, file locked, disk
 full) the rows stay queued, `healthy` turns False with the error, and the thread retries with exponential
 backoff, so an outage delays trajectories but never drops them. A record the database rejects for its own
-content (it cannot be serialized, or violates a constraint) is retried alone, then logged and skipped, so
-one bad row never blocks the queue. Reads go through `asyncio.to_thread` on a second engine and raise
-`StoreUnavailable` (a 503) when the database does not answer.
+content (it cannot be serialized, or violates a constraint) is retried alone, then logged and set aside, so
+one bad row never blocks the queue: its waiters get `StoreRefused`, and the store keeps the record (until a
+newer version of the id is written, or `forget(id)`) so that asking `committed(id)` again writes it again
+instead of answering as if it were stored. An acknowledgement therefore never follows a refusal. Reads go
+through `asyncio.to_thread` on a second engine and raise `StoreUnavailable` (a 503) when the database does
+not answer.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gym_server.errors import StoreUnavailable
+from gym_server.errors import StoreRefused, StoreUnavailable
 from gym_server.store import repository
 from gym_server.store.migrate import (
     describe_error,
@@ -68,6 +71,12 @@ class _Pending:
     # `committed()` callers waiting for this id; a newer version of the id takes them over, since
     # committing it commits everything the older one held
     waiters: builtins.list[_Waiter] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Refused:
+    record: TrajectoryRecord
+    error: str
 
 
 def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
@@ -107,6 +116,7 @@ class TrajectoryStore:
         self._queue: dict[str, _Pending] = {}  # insertion order is seq order
         self._seq = 0
         self._waiters: builtins.list[_Waiter] = []
+        self._refused: dict[str, _Refused] = {}  # ids whose newest version the database refused
         self._closed = False  # stop() was called: record() refuses
         self._running = False  # the writer thread takes flush() waiters
         self._wake = threading.Event()
@@ -139,6 +149,11 @@ class TrajectoryStore:
     def dropped(self) -> int:
         """Records skipped because the database rejected their content; should stay 0."""
         return self._dropped
+
+    @property
+    def refused(self) -> int:
+        """Trajectories whose newest record the database refused and that were not forgotten since."""
+        return len(self._refused)
 
     @property
     def healthy(self) -> bool:
@@ -204,6 +219,7 @@ class TrajectoryStore:
             if self._closed:
                 raise RuntimeError(f"{self!r} is stopped; trajectory {rec.id!r} cannot be recorded")
             self._seq += 1
+            self._refused.pop(rec.id, None)  # superseded: the new version is what must be written
             queued = self._queue.get(rec.id)
             if queued is None:
                 self._queue[rec.id] = _Pending(rec, self._seq)
@@ -240,22 +256,28 @@ class TrajectoryStore:
                     self._waiters.remove(waiter)
 
     async def committed(self, trajectory_id: str) -> None:
-        """Return once the newest queued version of `trajectory_id` is committed (at once if none is queued).
+        """Return once the newest version of `trajectory_id` is committed (at once if it is already).
 
         This is the group commit behind every acknowledgement: the caller's record rides in the writer's
         next batch with everyone else's, and all their waiters are released after that one transaction.
-        While the database is down this waits until it is back; bound it with `asyncio.timeout()`.
+        A version the database refused before is queued again and written again: a retried
+        acknowledgement retries the write, it never passes for a commit. While the database is down this
+        waits until it is back; bound it with `asyncio.timeout()`.
 
         Raises:
-            StoreUnavailable: the database refused the record for its content, or the store stopped
-                before it could be written.
+            StoreRefused: the database refused the record for its content (again).
+            StoreUnavailable: the store stopped before the record could be written.
         """
         loop = asyncio.get_running_loop()
         waiter = _Waiter(0, loop, loop.create_future())
         with self._lock:
             pending = self._queue.get(trajectory_id)
             if pending is None:
-                return
+                refused = self._refused.pop(trajectory_id, None)
+                if refused is None:
+                    return
+                self._seq += 1
+                pending = self._queue[trajectory_id] = _Pending(refused.record, self._seq)
             if not self._running:
                 raise StoreUnavailable(f"{self!r} is not running: trajectory {trajectory_id!r} is unwritten")
             pending.waiters.append(waiter)
@@ -267,6 +289,12 @@ class TrajectoryStore:
                 pending = self._queue.get(trajectory_id)
                 if pending is not None and waiter in pending.waiters:
                     pending.waiters.remove(waiter)
+
+    def forget(self, trajectory_id: str) -> None:
+        """Drop the refused record of `trajectory_id`, if any: nobody will ask for it again (the session
+        manager calls this when the id's tombstone ends, after which the id answers 404)."""
+        with self._lock:
+            self._refused.pop(trajectory_id, None)
 
     async def mark_lost(self, server_name: str) -> int:
         """Mark the live trajectories `server_name` left in the database lost; call once at start-up."""
@@ -445,6 +473,10 @@ class TrajectoryStore:
             for entry in batch:
                 if self._queue.get(entry.record.id) is entry:
                     del self._queue[entry.record.id]
+                    if not written:
+                        self._refused[entry.record.id] = _Refused(entry.record, error or "")
+                    else:
+                        self._refused.pop(entry.record.id, None)
             low_water = self._low_water()
             ready = [waiter for waiter in self._waiters if waiter.seq < low_water]
             self._waiters = [waiter for waiter in self._waiters if waiter.seq >= low_water]
@@ -455,7 +487,7 @@ class TrajectoryStore:
             self._dropped += len(batch)
         refused = None
         if not written:
-            refused = StoreUnavailable(f"the database refused trajectory {batch[0].record.id!r}: {error}")
+            refused = StoreRefused(f"the database refused trajectory {batch[0].record.id!r}: {error}")
         for waiter in ready:
             self._resolve(waiter, None)
         for waiter in committed:

@@ -71,3 +71,22 @@ def test_bad_tenant_or_scope_is_one_line_and_exit_2(database_url: str) -> None:
         cli, ["keys", "create", "--tenant", "a", "--scope", "root", "--database-url", database_url]
     )
     assert bad_scope.exit_code == 2 and "'root' is not one of" in bad_scope.output
+    # A name the store could not keep on PostgreSQL (VARCHAR(255)) is refused on both, before anything.
+    long_name = runner.invoke(
+        cli,
+        [
+            "keys",
+            "create",
+            "--tenant",
+            "a",
+            "--scope",
+            "read",
+            "--name",
+            "n" * 256,
+            "--database-url",
+            database_url,
+        ],
+    )
+    assert long_name.exit_code == 2 and "over the store's 255" in long_name.output
+    listed = runner.invoke(cli, ["keys", "list", "--database-url", database_url])
+    assert "n" * 256 not in listed.stdout

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import sqlalchemy as sa
-from conftest import ServerProcess
+from conftest import POSTGRES_ADMIN, ServerProcess
 from gymtest import call, poll, target_of
 
 pytestmark = pytest.mark.slow
@@ -180,3 +183,46 @@ def test_workers_run_replicas_on_consecutive_ports_sharing_one_database(
             wait_status(client, session_id, "abandoned")
         names = {client.get(f"/v1/rollouts/{sid}").json()["server_name"] for sid in sessions.values()}
     assert names == {f"e2e-{port}-0", f"e2e-{port}-1"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database nobody has migrated: a SQLite file not yet created, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh' / 'gym.db'}"
+        return
+    name = f"gym_fresh_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_workers_on_a_fresh_database_all_start(
+    server_factory: Callable[..., ServerProcess], fresh_database: str
+) -> None:
+    # Replicas racing one new schema: before the parent migrated first, one of them died with
+    # "table alembic_version already exists" (SQLite) or a duplicate-table error.
+    server = server_factory(fresh_database, GYM_SANDBOX__BACKEND="bubblewrap")
+    port = int(server.url.rsplit(":", 1)[1])
+    server.args += ["--workers", "2"]
+    server.start(timeout_s=120)  # two replicas importing everything at once on a loaded machine
+
+    def ready(url: str) -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    for index in range(2):
+        poll(lambda index=index: ready(f"http://127.0.0.1:{port + index}"), bool)
+    assert server.process is not None and server.process.poll() is None
+    with httpx.Client(base_url=f"http://127.0.0.1:{port + 1}", timeout=10) as client:
+        created = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0004"})
+        assert created.status_code == 201, created.text
+        assert client.delete(f"/v1/sessions/{created.json()['session_id']}").status_code == 204
+    output = server.stop()
+    assert "already exists" not in output, output

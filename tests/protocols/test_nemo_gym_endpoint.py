@@ -207,3 +207,18 @@ async def test_an_episode_left_without_verify_is_stored_when_its_ttl_runs_out(tm
         assert stored["num_turns"] == 1 and stored["metadata"] == {"protocol": "nemo-gym"}
         late = await rollout.post("read", {})
         assert late.status_code == 410 and rollout.cookies == {}
+
+
+async def test_a_seed_the_store_could_not_keep_is_422_and_starts_nothing(gym: AppHarness) -> None:
+    # A tool route's body is the call's arguments text, stored as text; a seed's body is parsed, and
+    # what the store could not keep as sent is refused before a session starts.
+    headers = {"content-type": "application/json"}
+    for raw, needle in (
+        (b'{"run": "half \\ud800"}', "surrogate"),
+        (b'{"seed": 1, "extra": 1e400}', "double"),
+        (b'{"seed": 1, "extra": ' + b"[" * 250 + b"]" * 250 + b"}", "nested deeper"),
+        (b'{"seed": 1, "run": "' + b"r" * 256 + b'"}', "255"),
+    ):
+        response = await gym.client.post(f"{COUNTER}/seed_session", content=raw, headers=headers)
+        assert response.status_code == 422 and needle in response.json()["detail"], response.text
+    assert gym.app.state.manager.live_count == 0

@@ -27,12 +27,15 @@ async def test_not_ready_while_the_writer_cannot_commit(
                 created = await client.post(
                     "/v1/sessions", json={"env": "counter", "task_id": "counter-0000"}
                 )
-                # Not acknowledged: the row could not be committed in time (it stays queued).
-                assert_problem(created, 503, "not committed")
+                # Not acknowledged: the row could not be committed in time (it stays queued), and the
+                # session, whose id the client never got, is ended at once instead of holding its slot.
+                assert_problem(created, 503, "no session was created")
+                assert app.state.manager.live_count == 0
                 not_ready = await apoll(
                     lambda: client.get("/readyz"), lambda response: response.status_code == 503
                 )
                 assert "writer" in not_ready.json()["checks"]
             await apoll(lambda: client.get("/readyz"), lambda response: response.status_code == 200)
             stored = await apoll(lambda: client.get("/v1/rollouts"), lambda r: r.json()["total"] == 1)
-            assert stored.json()["items"][0]["status"] == "live"
+            item = stored.json()["items"][0]
+            assert (item["status"], item["failure"]) == ("failed", "store_error")

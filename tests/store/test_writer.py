@@ -9,10 +9,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gym_server.errors import StoreUnavailable
+from gym_server.errors import StoreRefused, StoreUnavailable
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
 from gym_server.store.writer import TrajectoryStore
@@ -172,6 +173,40 @@ async def test_a_record_the_database_rejects_is_skipped(
     assert (store.written, store.dropped, store.pending, store.healthy) == (3, 1, 0, True)
     stored_ids = {record.id for record in await store.list()}
     assert stored_ids == {record.id for record in good}
+
+
+async def test_a_refused_record_is_never_acknowledged_and_is_written_again_when_asked(
+    store: TrajectoryStore, make_record: RecordFactory
+) -> None:
+    bad = make_record(metadata={"not json": object()})
+    store.record(bad)
+    for _ in range(2):  # asking again writes it again, and it is refused again: never a plain return
+        with pytest.raises(StoreRefused, match=bad.id):
+            await store.committed(bad.id)
+        assert (store.pending, store.refused) == (0, 1)
+    assert store.dropped == 2
+    assert await store.get(bad.id) is None
+    # A newer version of the id supersedes the refused one; once it is written, the id is committed.
+    store.record(make_record(id=bad.id))
+    assert store.refused == 0
+    await store.committed(bad.id)
+    assert (await store.get(bad.id)) is not None
+    await store.committed(bad.id)  # nothing left to write
+    # `forget` drops a refusal nobody will ask about again: then there is nothing to write. This one is
+    # too deep for the JSON writer, and for `repr`: describing its refusal once killed the writer thread.
+    deep: Any = 1
+    for _ in range(300):
+        deep = [deep]
+    other = make_record(metadata={"deep": deep})
+    store.record(other)
+    with pytest.raises(StoreRefused):
+        await store.committed(other.id)
+    store.forget(other.id)
+    assert store.refused == 0
+    await store.committed(other.id)
+    assert store.healthy
+    store.record(make_record(id=other.id))
+    await store.committed(other.id)  # the writer thread is alive and writing
 
 
 async def test_writer_survives_an_outage(

@@ -196,7 +196,7 @@ def _plain_create_body(scope: Scope, raw: bytes) -> CreateSessionRequest | None:
         return None
     try:
         body = CreateSessionRequest.model_validate_json(raw)
-        jsontext.refuse_non_finite(raw)
+        jsontext.refuse_unstorable(raw)
     except (ValidationError, ValueError):
         return None
     return body

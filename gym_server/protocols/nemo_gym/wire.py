@@ -81,8 +81,8 @@ def parse_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        body = jsontext.loads_strict(raw)  # what the gym cannot store as sent is refused here too
+    except ValueError as exc:  # not JSON, not UTF-8, or a value the gym cannot store
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest(f"the body must be a JSON object, got {type(body).__name__}")

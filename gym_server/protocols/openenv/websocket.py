@@ -49,9 +49,8 @@ class Connection:
             )
         try:
             data = raw.encode() if isinstance(raw, str) else raw
-            message = jsontext.loads(data)
-            jsontext.refuse_non_finite(data)
-        except ValueError as exc:  # not JSON, not UTF-8, or NaN/Infinity
+            message = jsontext.loads_strict(data)
+        except ValueError as exc:  # not JSON, not UTF-8, or a value the gym cannot store
             return _error(f"Invalid JSON: {exc}", mapping.INVALID_JSON)
         if not isinstance(message, dict):
             return _error("a message is a JSON object with a 'type'", mapping.VALIDATION_ERROR)
