@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gym_server.cli.rollouts import GymKeyOption
 from gym_server.extras import needs_extras
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def demo(
     lr: Annotated[float | None, typer.Option(help="default: 1e-3 tiny, 5e-4 LoRA")] = None,
     eval_temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     gym: Annotated[str | None, typer.Option(help="use this gym instead of starting one")] = None,
+    gym_key: GymKeyOption = None,
     output: Annotated[Path, typer.Option(help="folder for reward_curve.png and demo.json")] = Path(
         "var/demo"
     ),
@@ -195,6 +197,8 @@ def demo(
 ) -> None:
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if gym_key:  # every gym client the demo makes reads it (trainer_adapters.client.keys)
+        os.environ["GYM_API_KEY"] = gym_key
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     with needs_extras("gym-server demo"):
         import torch

@@ -14,8 +14,9 @@ from gym_server.trainer_adapters.client import GymAPIError, GymClient
 
 
 async def test_the_client_sends_its_key(
-    secured: Callable[..., Any], keys: KeyMaker, tenant: Callable[[], str]
+    secured: Callable[..., Any], keys: KeyMaker, tenant: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("GYM_API_KEY", raising=False)  # the client's default key
     key = keys.create(tenant(), "episodes")
     async with secured() as gym:
         transport = httpx.ASGITransport(app=gym.app)
