@@ -183,7 +183,9 @@ async def measure(url: str, repeats: int, keyed: bool) -> list[tuple[str, list[f
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=headers) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://localhost", headers=headers
+        ) as client:
             first = (await client.get("/ui/trajectories")).text
             cursor_page = await _deep_cursor(client, hops=20)
             pages = [

@@ -3,6 +3,7 @@
 The names below are the SDK promised to environment authors; everything else is internal.
 """
 
+from gym_server import log_redaction
 from gym_server.errors import GymError
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
 from gym_server.sdk.probes import HackProbe
@@ -11,6 +12,8 @@ from gym_server.sdk.tasks import Dataset, Task
 from gym_server.sdk.tools import ToolError, tool
 
 __version__ = "0.1.0"
+
+log_redaction.install()  # before anything logs: no log line of the server, CLI or clients holds a key
 
 __all__ = [
     "Dataset",

@@ -15,6 +15,7 @@ from fastapi_offline import FastAPIOffline
 from gym_server import __version__, judging
 from gym_server.api.errors import install_error_handlers
 from gym_server.api.front import move_middleware_in_front
+from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.media_type import JsonBodyMiddleware
 from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
@@ -128,7 +129,9 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     # A body that is not JSON is never read, but the /ui login and logout forms' (guarded by the gate).
     app.add_middleware(JsonBodyMiddleware, form_paths=frozenset({UI_LOGIN, UI_LOGOUT}))
-    app.add_middleware(AuthMiddleware, gate=gate)  # outermost: nothing runs for a request it refuses
+    app.add_middleware(AuthMiddleware, gate=gate)  # nothing inside runs for a request it refuses
+    # outermost: a request for a host this server is not (DNS rebinding), or a cross-origin state change
+    app.add_middleware(HostGuardMiddleware, policy=HostPolicy.from_settings(settings))
     for module in (environments, sessions, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only

@@ -90,7 +90,17 @@ class LimitSettings(BaseModel):
 
 class HttpSettings(BaseModel):
     """What one client connection may hold (`gym-server serve`), so slow or half-open ones cannot
-    exhaust the server (gym_server/api/http_protocol.py)."""
+    exhaust the server (gym_server/api/http_protocol.py), and which `Host` and `Origin` values a request
+    may name (gym_server/api/host_guard.py, docs/security.md)."""
+
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="host names requests may name beside loopback's and the bind address ('*': any)",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="browser origins (scheme://host[:port]) besides the server's own that may change state",
+    )
 
     header_timeout_s: float = Field(
         10.0, gt=0, description="from connect (or a later request's first byte) to the end of its head"

@@ -97,7 +97,7 @@ def app_factory(database_url: str) -> Callable[..., Any]:
         app = create_app(settings, registry)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 yield AppHarness(app, client, settings)
 
     return factory
@@ -110,7 +110,7 @@ async def serving(tmp_path: Path, **overrides: Any) -> AsyncIterator[AppHarness]
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield AppHarness(app, client, settings)
 
 

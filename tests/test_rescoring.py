@@ -42,7 +42,7 @@ async def serve(database_url: str, *classes: type[CounterEnv]) -> AsyncIterator[
     app = create_app(settings, Registry(classes))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield AppHarness(app, client, settings)
 
 

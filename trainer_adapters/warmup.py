@@ -103,19 +103,20 @@ def warm_up_counter(
 
 
 def tiny_counter_recipe(
-    gym_url: str, seed: int = 0, n_tasks: int = 16
+    gym_url: str, seed: int = 0, n_tasks: int = 16, api_key: str | None = None
 ) -> tuple[Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
     """The tiny model, warmed up on counter tool calls, with its offset tasks split in train and held-out.
 
     The recipe of `gym-server demo --model tiny` and `examples/train_grpo_trl.py --model tiny`: GRPO from
     here moves the reward within tens of steps (at a learning rate near 1e-3); from a cold tiny model it
     never does. Returns (model, tokenizer, train tasks, held-out tasks), tasks as `counter_offset_tasks`.
+    `api_key`: the gym's key, when it requires one (default `$GYM_API_KEY`).
     """
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed)
-    with SyncGymClient(gym_url) as gym:
+    with SyncGymClient(gym_url, api_key=api_key) as gym:
         tasks = counter_offset_tasks(gym, n_tasks)
     train, held_out = tasks[: n_tasks // 2], tasks[n_tasks // 2 :]
     warm_up_counter(model, tokenizer, train, steps=100, seed=seed)

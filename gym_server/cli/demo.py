@@ -52,6 +52,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gym_server.cli.rollouts import GymKeyOption
 from gym_server.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
 
 if TYPE_CHECKING:
@@ -240,6 +241,7 @@ def demo(
     lr: Annotated[float | None, typer.Option(help="default: 1e-3 tiny, 5e-4 LoRA")] = None,
     eval_temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     gym: Annotated[str | None, typer.Option(help="use this gym instead of starting one")] = None,
+    gym_key: GymKeyOption = None,
     output: Annotated[
         Path, typer.Option(help="folder for demo.json, reward_curve.png, the trained model/ and gym.db")
     ] = Path("var/demo"),
@@ -260,6 +262,8 @@ def demo(
 ) -> None:
     """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if gym_key:  # every gym client the demo makes reads it (trainer_adapters.client.keys)
+        os.environ["GYM_API_KEY"] = gym_key
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")

@@ -8,6 +8,7 @@ import signal
 import ray
 import uvicorn
 
+from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
 from gym_server.scale.pool import ReplicaPool
 from gym_server.scale.router import EntryPoint
 from gym_server.scale.sandbox_host import SandboxHosts
@@ -43,7 +44,8 @@ def serve_on_ray(settings: Settings, scale: RayScaleSettings) -> None:
             env["GYM_SANDBOX__RAY_HOSTS"] = hosts.prefix
         pool = ReplicaPool(scale, env, settings.store.resolved_url(), settings.server_name, hosts)
         config = uvicorn.Config(
-            EntryPoint(pool),
+            # the entry point answers only for its own names, as a replica does (DNS rebinding)
+            HostGuardMiddleware(EntryPoint(pool), HostPolicy.from_settings(settings)),
             host=settings.host,
             port=settings.port,
             loop="uvloop",

@@ -28,6 +28,9 @@ HOP_BY_HOP = frozenset(
         b"host",
     }
 )
+# Not forwarded to a replica either: the entry point checked `Origin` against its own host (the replica,
+# asked under its own address, would see every browser's request as cross-origin).
+_CHECKED_AT_ENTRY = HOP_BY_HOP | {b"origin"}
 _READ_CHUNK = 256 * 1024
 
 
@@ -109,7 +112,7 @@ class UpstreamPool:
         """
         head = [method.encode(), b" ", target, b" HTTP/1.1\r\nhost: ", self._host_header, b"\r\n"]
         for name, value in headers:
-            if name not in HOP_BY_HOP:
+            if name not in _CHECKED_AT_ENTRY:
                 head += [name, b": ", value, b"\r\n"]
         head += [b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
         request = b"".join(head)

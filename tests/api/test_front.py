@@ -26,7 +26,7 @@ def _raise_bug_now(*args: Any, **kwargs: Any) -> Any:
 def _lenient(harness: AppHarness) -> httpx.AsyncClient:
     """A client that gets the answer the server sent before the exception reached it."""
     transport = httpx.ASGITransport(app=harness.app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://gym.test")
+    return httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
 
 def _assert_internal_problem(answer: httpx.Response, path: str) -> None:

@@ -29,7 +29,7 @@ async def test_metrics_export_judge_failures_retries_and_latency(tmp_path: Path)
         scored = await judge.judge(question="Name a prime.", response="7")
         failed = await judge.judge(question="Name a prime.", response="7")
         assert scored.failure is None and failed.failure == JUDGE_FAILED
-        gym = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gym.test")
+        gym = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
         async with gym:
             scraped = await gym.get("/metrics")
     assert scraped.status_code == 200

@@ -237,9 +237,9 @@ def test_openenv_websocket_needs_an_episodes_key(
 ) -> None:
     name = tenant()
     episodes, read = keys.create(name, "episodes"), keys.create(name, "read")
-    path = "/v1/environments/counter/openenv/ws"
+    path = "ws://localhost/v1/environments/counter/openenv/ws"
     settings = make_settings(database_url, auth={"mode": "on", "refresh_s": REFRESH_S})
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings), base_url="http://localhost") as client:
         for headers in ({}, bearer(read)):
             with (
                 pytest.raises(WebSocketDisconnect) as refused,

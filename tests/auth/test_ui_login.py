@@ -89,7 +89,7 @@ async def test_state_changing_ui_requests_need_the_csrf_token_and_same_origin(
         )
         assert elsewhere.status_code == 403
         # The token in a header works as well as in the form; the same origin is fine.
-        out = await client.post("/ui/logout", headers={"X-CSRF-Token": token, "Origin": "http://gym.test"})
+        out = await client.post("/ui/logout", headers={"X-CSRF-Token": token, "Origin": "http://localhost"})
         assert out.status_code == 303 and out.headers["location"] == "/ui/login"
         assert (await client.get("/ui/logout")).status_code == 303  # logged out
 
@@ -121,7 +121,7 @@ async def test_the_cookie_is_secure_over_https(
     async with app_factory(auth={"mode": "on"}) as gym:
         harness: AppHarness = gym
         transport = httpx.ASGITransport(app=harness.app)
-        async with httpx.AsyncClient(transport=transport, base_url="https://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="https://localhost") as client:
             response = await log_in(client, key)
             assert response.status_code == 303 and "Secure" in response.headers["set-cookie"]
 

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient, WebSocketTestSession
 
 from gym_server.app import create_app
 
-WS = "/v1/environments/counter/openenv/ws"
+WS = "ws://localhost/v1/environments/counter/openenv/ws"
 HTTP = "/v1/environments/counter/openenv"
 EPISODE = "gym-server/episode"
 
@@ -28,7 +28,7 @@ EPISODE = "gym-server/episode"
 @contextmanager
 def gym(tmp_path: Path, **overrides: Any) -> Iterator[TestClient]:
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}", **overrides))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         yield client
 
 
@@ -193,7 +193,7 @@ def test_capacity_ttl_and_unknown_names_answer_openenv_errors(tmp_path: Path) ->
             assert expired["data"]["problem"]["status"] == 410
             assert send(ws, "reset", {"task_id": "counter-9999"})["data"]["code"] == "FACTORY_ERROR"
         assert stored(client, opened["session_id"], "expired")["failure"] == "expired"
-        with client.websocket_connect("/v1/environments/nope/openenv/ws") as ws:
+        with client.websocket_connect("ws://localhost/v1/environments/nope/openenv/ws") as ws:
             unknown = send(ws, "reset", {})
             assert unknown["data"]["code"] == "FACTORY_ERROR"
             assert unknown["data"]["problem"]["status"] == 404

@@ -21,7 +21,7 @@ async def test_not_ready_while_the_writer_cannot_commit(
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             assert (await client.get("/readyz")).status_code == 200
             with outage(url):
                 created = await client.post(

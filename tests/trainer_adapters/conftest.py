@@ -68,7 +68,7 @@ async def gym_client(tmp_path: Path) -> AsyncIterator[GymClient]:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with GymClient("http://gym.test", transport=transport) as client:
+        async with GymClient("http://localhost", transport=transport) as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
 

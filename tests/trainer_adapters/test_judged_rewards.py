@@ -51,7 +51,7 @@ async def _gym(tmp_path: Path, judge: dict[str, Any]) -> AsyncIterator[httpx.Asy
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}", judge=judge))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as gym:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as gym:
             yield gym
 
 

@@ -65,7 +65,7 @@ async def gym_app(tmp_path: Path, **overrides: Any) -> AsyncIterator[httpx.Async
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}", **overrides))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
 
 

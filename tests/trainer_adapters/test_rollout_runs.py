@@ -24,7 +24,7 @@ async def gym(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}"))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
 
 
@@ -166,7 +166,7 @@ async def test_runs_past_the_limit_get_429_and_shutdown_cancels_the_one_playing(
 
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as gym:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as gym:
             accepted = await gym.post("/v1/rollouts", json=body)
             assert accepted.status_code == 202, accepted.text
             await apoll(policy_requests, lambda count: count == 1)  # playing: waiting on the policy
@@ -213,7 +213,7 @@ async def test_runs_hold_their_share_of_sessions_and_direct_clients_keep_the_res
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as gym:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as gym:
             first = await gym.post("/v1/rollouts", json=run_body("first"))
             assert first.status_code == 202, first.text
             await apoll(waiting_on_policy, lambda count: count >= 3)

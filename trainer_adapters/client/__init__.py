@@ -27,6 +27,7 @@ from gym_server.trainer_adapters.client.errors import (
     GymTransportError,
     GymUnavailable,
 )
+from gym_server.trainer_adapters.client.keys import API_KEY_VARIABLE, gym_api_key
 from gym_server.trainer_adapters.client.records import (
     EnvironmentInfo,
     SessionInfo,
@@ -37,6 +38,7 @@ from gym_server.trainer_adapters.client.retry import RetryPolicy, Timeouts
 from gym_server.trainer_adapters.client.sync_client import SyncGymClient
 
 __all__ = [
+    "API_KEY_VARIABLE",
     "EnvironmentInfo",
     "GymAPIError",
     "GymClient",
@@ -49,4 +51,5 @@ __all__ = [
     "SyncGymClient",
     "Timeouts",
     "VerifyResult",
+    "gym_api_key",
 ]

@@ -21,6 +21,7 @@ from gym_server.trainer_adapters.client.errors import (
     GymUnavailable,
     problem_of,
 )
+from gym_server.trainer_adapters.client.keys import gym_api_key
 from gym_server.trainer_adapters.client.records import (
     EnvironmentInfo,
     SessionInfo,
@@ -70,6 +71,7 @@ class GymClient:
         headers: sent with every request.
         api_key: the gym's API key (`gym-server keys create`), sent as `Authorization: Bearer`; needed
             when the server requires keys (it binds a non-loopback address, or `GYM_AUTH__MODE=on`).
+            Default: `$GYM_API_KEY` (unset: no key); an empty string sends none.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class GymClient:
         api_key: str | None = None,
     ) -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        api_key = gym_api_key(api_key)
         if not urls:
             raise ValueError("give at least one base URL")
         self.base_urls = [url.rstrip("/") for url in urls]

@@ -216,10 +216,16 @@ def tool_method(schema: dict[str, Any]) -> Callable[..., str]:
 
 
 def make_environment_factory(
-    gym_url: str | list[str], env: str, *, run: str | None = None, seed: int | None = None
+    gym_url: str | list[str],
+    env: str,
+    *,
+    run: str | None = None,
+    seed: int | None = None,
+    api_key: str | None = None,
 ) -> Callable[[], GymToolEnvironment]:
-    """A zero-argument factory for TRL, with one method per tool of `env` (from the gym's catalog)."""
-    gym = SyncGymClient(gym_url)
+    """A zero-argument factory for TRL, with one method per tool of `env` (from the gym's catalog);
+    `api_key`: the gym's key, when it requires one (default `$GYM_API_KEY`)."""
+    gym = SyncGymClient(gym_url, api_key=api_key)
     info = gym.get_environment(env)
     namespace: dict[str, Any] = {"_gym": gym, "_env": env, "_run": run, "_seed": seed}
     for schema in info.tools:

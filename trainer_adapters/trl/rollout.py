@@ -67,16 +67,23 @@ def gym_prompt(
 
 
 def load_gym_dataset(
-    gym_url: str, env: str, *, split: str | None = "train", limit: int | None = None, seed: int | None = None
+    gym_url: str,
+    env: str,
+    *,
+    split: str | None = "train",
+    limit: int | None = None,
+    seed: int | None = None,
+    api_key: str | None = None,
 ) -> Any:
     """A Hugging Face `Dataset` of an environment's tasks: columns `prompt` (see `gym_prompt`) and
-    `task_id`. Needs the `datasets` package (the `[trl]` extra)."""
+    `task_id`. `api_key`: the gym's key (default `$GYM_API_KEY`). Needs the `datasets` package (the
+    `[trl]` extra)."""
     # By module name: a checkout's top-level `datasets/` folder (the gym's JSONL data) would shadow it
     # for static analysis.
     hf_datasets = importlib.import_module("datasets")
     from gym_server.trainer_adapters.client import SyncGymClient
 
-    with SyncGymClient(gym_url) as gym:
+    with SyncGymClient(gym_url, api_key=api_key) as gym:
         tasks = gym.all_tasks(env, split=split)
     tasks = tasks[:limit] if limit is not None else tasks
     rows = [
@@ -141,6 +148,7 @@ class GymRolloutFunc:
         concurrency: episodes played at once (they share the sampler's batches).
         seed: base of the derived gym and sampling seeds (reproducible runs).
         tracker: where each step's `rollout_metrics` are logged (none by default).
+        api_key: the gym's key, when it requires one (default `$GYM_API_KEY`).
     """
 
     gym_url: str | list[str]
@@ -151,6 +159,7 @@ class GymRolloutFunc:
     concurrency: int = 64
     seed: int = 0
     tracker: Tracker | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
     last_rollouts: list[Rollout] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _loop: BackgroundLoop | None = field(default=None, repr=False)
@@ -198,7 +207,7 @@ class GymRolloutFunc:
     def _connect(self) -> tuple[BackgroundLoop, GymClient]:
         if self._loop is None or self._gym is None:
             self._loop = BackgroundLoop("gym-rollouts")
-            self._gym = self._loop.run(_client(self.gym_url))
+            self._gym = self._loop.run(_client(self.gym_url, self.api_key))
         return self._loop, self._gym
 
     def _to_trl(self, rollouts: Sequence[Rollout], prompts: Sequence[Any]) -> dict[str, list[Any]]:
@@ -255,5 +264,5 @@ def _plain(prompt: Any) -> list[dict[str, Any]]:
     return [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in prompt]
 
 
-async def _client(url: str | list[str]) -> GymClient:
-    return GymClient(url)
+async def _client(url: str | list[str], api_key: str | None) -> GymClient:
+    return GymClient(url, api_key=api_key)

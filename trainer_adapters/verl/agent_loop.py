@@ -119,7 +119,7 @@ class GymAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl is untyped
         self.response_length = int(self.rollout_config.response_length)
         self.max_tokens_per_turn = int(max_tokens_per_turn or self.response_length)
         self.run_name = run
-        self.api_key = api_key or os.environ.get("GYM_API_KEY")
+        self.api_key = api_key  # None: GymClient sends $GYM_API_KEY
         self.ttl_s = ttl_s
         self.renderer = ChatRenderer(self.tokenizer)
 

@@ -86,7 +86,7 @@ async def compute_score(
 ) -> dict[str, Any]:
     """Score one completion with the gym's verifier (`env` defaults to verl's `data_source`)."""
     body = verify_request(solution_str, ground_truth, extra_info, env or data_source)
-    async with GymClient(_gym_url(gym_url), api_key=api_key or os.environ.get("GYM_API_KEY")) as gym:
+    async with GymClient(_gym_url(gym_url), api_key=api_key) as gym:  # None: $GYM_API_KEY
         result = (await gym.verify_batch([body]))[0]
     failure = _failure(result)
     if failure is not None or not isinstance(result, VerifyResult):
@@ -112,7 +112,7 @@ def compute_score_batch(
             data_sources, solution_strs, ground_truths, extra_infos, strict=True
         )
     ]
-    with SyncGymClient(_gym_url(gym_url), api_key=api_key or os.environ.get("GYM_API_KEY")) as gym:
+    with SyncGymClient(_gym_url(gym_url), api_key=api_key) as gym:  # None: $GYM_API_KEY
         results = gym.verify_batch(bodies)
     groups: dict[str, list[float]] = {}
     for body, result in zip(bodies, results, strict=True):

@@ -266,7 +266,7 @@ async def test_catalog_tasks_and_a_session_over_http(tmp_path: Path) -> None:
     app = create_app(settings, REGISTRY)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             info = (await client.get("/v1/environments/reasoning_gym/leg_counting")).json()
             assert info["name"] == "reasoning_gym/leg_counting" and info["kind"] == "single-turn"
             assert info["datasets"] == [
