@@ -18,6 +18,7 @@ from gymtest import wait_for_rollout
 
 import gym_server.protocols.mcp as mcp_facade
 from gym_server.app import create_app
+from gym_server.protocols.mcp import mapping as mcp_mapping
 from gym_server.settings import Settings
 
 COUNTER = "/v1/environments/counter/mcp"
@@ -156,6 +157,56 @@ async def test_a_bad_opening_is_a_json_rpc_error_at_the_native_status(
     assert response.status_code == status, response.text
     assert needle in response.json()["error"]["message"]
     assert gym.app.state.manager.live_count == 0
+
+
+BAD_INITIALIZES = [
+    rpc("initialize"),  # no params: the SDK answers 200 with a JSON-RPC error
+    rpc("initialize", {}),
+    rpc("initialize", {"protocolVersion": VERSION, "capabilities": {}}),  # no clientInfo
+    rpc("initialize", {**INITIALIZE["params"], "capabilities": "all"}),
+    {**INITIALIZE, "id": None},  # a notification: the SDK refuses it (400)
+    [INITIALIZE],  # a batch: refused (400)
+]
+
+
+async def test_a_failed_initialize_leaves_no_episode_and_no_mcp_session(gym: AppHarness) -> None:
+    # Twice the SDK's own session limit (2 x max_sessions): a failed initialize that held an MCP session
+    # (or a gym session) would leave the next opening refused.
+    for body in BAD_INITIALIZES * 2:
+        response = await gym.client.post(COUNTER, json=body, headers=HEADERS)
+        assert "error" in response.json(), response.text
+        assert "mcp-session-id" not in response.headers, body
+        assert gym.app.state.manager.live_count == 0
+    assert (await gym.client.get("/v1/rollouts")).json()["total"] == 0  # no episode was ever opened
+    first, second = await open_session(gym.client), await open_session(gym.client)
+    assert (await first.call("read"))["result"]["isError"] is False
+    assert (await second.call("read"))["result"]["isError"] is False
+
+
+async def test_an_opening_that_fails_after_its_episode_opened_closes_it(
+    gym: AppHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any) -> str:
+        raise RuntimeError("instructions cannot be written")
+
+    monkeypatch.setattr(mcp_mapping, "instructions", broken)
+    response = await gym.client.post(COUNTER, json=INITIALIZE, headers=HEADERS)
+    assert "error" in response.json() and "mcp-session-id" not in response.headers
+    assert gym.app.state.manager.live_count == 0
+    listed = (await gym.client.get("/v1/rollouts")).json()["items"]
+    assert [item["status"] for item in listed] == ["abandoned"]  # opened, then closed and stored
+    monkeypatch.undo()
+    assert (await (await open_session(gym.client)).call("read"))["result"]["isError"] is False
+
+
+async def test_a_call_that_ends_the_episode_without_a_reply_is_a_success(gym: AppHarness) -> None:
+    # `tool_call` scores the call it is given without running it: no tool message, reward 1.0.
+    session = await open_session(gym.client, "/v1/environments/tool_call/mcp?task_id=tool_call-00001")
+    result = (await session.call("list_events", {"date": "2025-03-29"}))["result"]
+    assert result["isError"] is False and result["content"] == []
+    episode = result["_meta"]["gym-server/episode"]
+    assert (episode["done"], episode["reward"]) == (True, 1.0)
+    assert "failure" not in episode["info"]
 
 
 async def test_only_an_initialize_opens_an_episode(gym: AppHarness) -> None:

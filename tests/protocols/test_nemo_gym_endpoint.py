@@ -110,8 +110,6 @@ async def test_bad_calls_answer_in_nemo_gyms_error_form_and_the_episode_goes_on(
     unknown = await rollout.post("subtract", {"amount": 1})
     assert unknown.status_code == 404
     assert unknown.json() == {"detail": "unknown tool 'subtract'; this episode's tools: read, add, submit"}
-    reserved = await rollout.post("aggregate_metrics", {"verify_responses": []})
-    assert reserved.status_code == 404 and "unknown tool" in reserved.json()["detail"]
     # Every answer, errors too, set the cookie again, so the episode went on.
     assert rollout.cookies == {wire.COOKIE: rollout.session_id}
     assert (await rollout.post("add", {"amount": 6})).json() == 26
@@ -222,3 +220,51 @@ async def test_a_seed_the_store_could_not_keep_is_422_and_starts_nothing(gym: Ap
         response = await gym.client.post(f"{COUNTER}/seed_session", content=raw, headers=headers)
         assert response.status_code == 422 and needle in response.json()["detail"], response.text
     assert gym.app.state.manager.live_count == 0
+
+
+USAGE = {"total_tokens": 7}
+
+
+async def test_aggregate_metrics_are_nemo_gyms_base_statistics_and_need_no_episode(gym: AppHarness) -> None:
+    answers = [
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "solved": True},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "reward": 0.0, "solved": False},
+        {
+            "_ng_task_index": 1,
+            "_ng_rollout_index": 0,
+            "reward": 0.5,
+            "response": {"usage": {"total_tokens": 7}},
+        },
+    ]
+    url = f"{COUNTER}/aggregate_metrics"
+    response = await gym.client.post(url, json={"verify_responses": answers})
+    assert response.status_code == 200, response.text
+    metrics = response.json()
+    assert metrics["key_metrics"] == {"mean/reward": 0.5, "mean/solved": 0.5, "mean/total_tokens": 7.0}
+    agent = metrics["agent_metrics"]
+    assert (agent["max/reward"], agent["min/reward"], agent["median/reward"]) == (1.0, 0.0, 0.5)
+    assert agent["std/reward"] == pytest.approx(0.5)
+    first, second = metrics["group_level_metrics"]
+    assert (first["_ng_task_index"], first["num_rollouts"], first["mean/reward"]) == (0, 2, 0.5)
+    assert [info["rollout_id"] for info in first["rollout_infos"]] == ["0:0", "0:1"]
+    # One rollout: no deviation anywhere, so NeMo Gym reads it as 0 for the columns it always has.
+    assert second["std/reward"] == 0.0 and second["std/total_tokens"] == 0.0 and "mean/solved" not in second
+    assert gym.app.state.manager.live_count == 0
+    empty = await gym.client.post(url, json={"verify_responses": []})
+    assert empty.json() == {"group_level_metrics": [], "agent_metrics": {}, "key_metrics": {}}
+    twice = await gym.client.post(url, json={"verify_responses": [answers[0], answers[0]]})
+    assert twice.status_code == 422 and "_ng_task_index=0" in twice.json()["detail"]
+    missing = await gym.client.post(url, json={"verify": []})
+    assert missing.status_code == 422 and "verify_responses" in missing.json()["detail"]
+    unknown = await gym.client.post(
+        "/v1/environments/nope/nemo-gym/aggregate_metrics", json={"verify_responses": []}
+    )
+    assert unknown.status_code == 404
+
+
+async def test_a_call_that_ends_the_episode_without_a_reply_is_a_success(gym: AppHarness) -> None:
+    rollout = Rollout(gym.client, "/v1/environments/tool_call/nemo-gym")
+    await rollout.seed(task_id="tool_call-00001")
+    done = await rollout.post("list_events", {"date": "2025-03-29"})  # scored, never run: no reply
+    assert done.status_code == 200 and done.json() == ""
+    assert (done.headers["x-gym-done"], done.headers["x-gym-reward"]) == ("true", "1.0")

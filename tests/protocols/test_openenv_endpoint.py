@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import make_settings
 from gymtest import STORE_WAIT_S, target_of
 from starlette.testclient import TestClient, WebSocketTestSession
@@ -253,3 +254,101 @@ def test_http_step_obeys_the_body_limit_media_type_and_the_native_tool_call_chec
         ok = client.post(f"{HTTP}/step", json={"episode_id": session_id, "action": call("read")})
         assert ok.status_code == 200
         assert ok.json()["observation"]["result"]["data"].isdigit()
+
+
+def test_tools_and_state_are_answered_before_any_reset(tmp_path: Path) -> None:
+    # OpenEnv lists tools without an episode (its MCPToolClient may do so first thing after connecting).
+    with gym(tmp_path) as client:
+        catalog = [
+            tool["function"]["name"] for tool in client.get("/v1/environments/counter").json()["tools"]
+        ]
+        with client.websocket_connect(WS) as ws:
+            listed = send(ws, "step", {"type": "list_tools"})["data"]
+            assert [tool["name"] for tool in listed["observation"]["tools"]] == catalog
+            assert listed["done"] is False
+            fresh = send(ws, "state")["data"]
+            assert (fresh["episode_id"], fresh["step_count"]) == (None, 0)
+            assert send(ws, "step", call("read"))["data"]["code"] == "SESSION_ERROR"  # a call needs a reset
+        assert client.app.state.manager.live_count == 0  # nothing was opened
+        state = client.get(f"{HTTP}/state")
+        assert state.status_code == 200 and state.json()["episode_id"] is None
+        assert client.get("/v1/environments/nope/openenv/state").status_code == 404
+
+
+def test_the_routes_an_openenv_server_describes_itself_with(tmp_path: Path) -> None:
+    with gym(tmp_path) as client:
+        assert client.get(f"{HTTP}/health").json() == {"status": "healthy"}
+        metadata = client.get(f"{HTTP}/metadata").json()
+        assert metadata["name"] == "counter" and metadata["description"]
+        schema = client.get(f"{HTTP}/schema").json()
+        assert {"action", "observation", "state"} <= set(schema)
+        assert "call_tool" in json.dumps(schema["action"])
+        document = client.get(f"{HTTP}/openapi.json").json()
+        assert document["info"]["version"] == "1.0.0"
+        assert {"/reset", "/step", "/state", "/health", "/metadata", "/schema", "/mcp"} <= set(
+            document["paths"]
+        )
+        listed = client.post(f"{HTTP}/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).json()
+        assert listed["id"] == 3 and [tool["name"] for tool in listed["result"]["tools"]] == [
+            "read",
+            "add",
+            "submit",
+        ]
+        empty = client.post(f"{HTTP}/mcp", json={})
+        assert empty.status_code == 200 and empty.json()["error"]["code"] == -32600
+        other = client.post(f"{HTTP}/mcp", json={"jsonrpc": "2.0", "id": 4, "method": "tools/call"}).json()
+        assert other["error"]["code"] == -32601 and "/ws or /step" in other["error"]["message"]
+        assert client.get("/v1/environments/nope/openenv/health").status_code == 404
+
+
+def test_a_call_that_ends_the_episode_without_a_reply_is_a_success(tmp_path: Path) -> None:
+    answer = call("list_events", date="2025-03-29")  # `tool_call` scores it, never runs it: no reply
+    with gym(tmp_path) as client:
+        with client.websocket_connect("/v1/environments/tool_call/openenv/ws") as ws:
+            send(ws, "reset", {"task_id": "tool_call-00001"})
+            done = send(ws, "step", answer)["data"]
+        reset = client.post("/v1/environments/tool_call/openenv/reset", json={"task_id": "tool_call-00001"})
+        episode = reset.json()["observation"]["metadata"][EPISODE]["session_id"]
+        stepped = client.post(
+            "/v1/environments/tool_call/openenv/step", json={"episode_id": episode, "action": answer}
+        )
+    for result in (done, stepped.json()):
+        assert (result["done"], result["reward"]) == (True, 1.0)
+        observation = result["observation"]
+        assert observation["error"] is None
+        assert observation["result"] == {
+            "content": [],
+            "structured_content": None,
+            "data": None,
+            "is_error": False,
+        }
+
+
+def reset_over_ws(client: TestClient) -> None:
+    with client.websocket_connect(WS) as ws:
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": "counter-0000"}}))
+        ws.receive()
+
+
+def test_a_reset_whose_answer_fails_leaves_no_episode_on_either_transport(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from gym_server.protocols.openenv import mapping
+
+    def broken(*args: Any) -> dict[str, Any]:
+        raise RuntimeError("the answer cannot be written")
+
+    monkeypatch.setattr(mapping, "reset_result", broken)
+    app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.post(f"{HTTP}/reset", json={"task_id": "counter-0000"}).status_code == 500
+        assert app.state.manager.live_count == 0
+        # The test client hands the handler's failure back when the connection ends.
+        with pytest.raises(RuntimeError, match="cannot be written"):
+            reset_over_ws(client)
+        deadline = time.monotonic() + STORE_WAIT_S
+        while (listed := client.get("/v1/rollouts").json())["total"] < 2:
+            assert time.monotonic() < deadline, listed
+            time.sleep(0.02)
+        assert [item["status"] for item in listed["items"]] == ["abandoned", "abandoned"]
+        assert app.state.manager.live_count == 0

@@ -24,7 +24,9 @@ from urllib.parse import parse_qsl
 
 import orjson
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types import InitializeRequestParams
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
@@ -136,50 +138,129 @@ async def _in_session(
 
 
 async def _opening(facade: McpFacade, env: str, scope: Scope, receive: Receive, send: Send) -> None:
-    """A POST without a session id: an `initialize` opens a gym session, then the SDK answers it."""
+    """A POST without a session id: a well-formed `initialize` opens a gym session, then the SDK answers.
+
+    Whatever the SDK answers that is not an initialize *result* (a JSON-RPC error at 200, as it answers
+    bad params, or any refusal) leaves nothing open: the gym session is closed, the SDK's MCP session is
+    ended, and the answer goes out without an `mcp-session-id` that would name a dead session.
+    """
     try:
         raw = await read_body(receive)
     except ClientDisconnect:
         return
     receive = replay_body(raw, receive)
-    request_id, is_initialize = _peek(raw)
-    if not is_initialize:  # the SDK refuses it in its own words (only an initialize opens a session)
-        await facade.sdk.handle_request(scope, receive, send)
-        return
-    facade.episodes.sweep()
-    manager = facade.episodes.manager
+    request_id, initialize = _peek(raw)
+    session_id: str | None = None
+    if initialize:  # anything else the SDK refuses in its own words; no episode is opened for it
+        facade.episodes.sweep()
+        try:
+            params = mapping.parse_episode_params(_query_pairs(scope))
+            session = await facade.episodes.manager.create(
+                env, task_id=params.task_id, seed=params.seed, split=params.split, run=params.run
+            )
+        except GymError as exc:
+            await _send_gym_error(send, exc, request_id)
+            return
+        session_id = session.id
+        scope.setdefault("state", {})[SCOPE_KEY] = session_id
+    answer = _Answer()
+    issued: str | None = None
+    bound = False
     try:
-        params = mapping.parse_episode_params(_query_pairs(scope))
-        session = await manager.create(
-            env, task_id=params.task_id, seed=params.seed, split=params.split, run=params.run
-        )
-    except GymError as exc:
-        await _send_gym_error(send, exc, request_id)
-        return
-    scope.setdefault("state", {})[SCOPE_KEY] = session.id
-    bound: list[str] = []
-
-    async def bind_on_answer(message: Message) -> None:
-        if message["type"] == "http.response.start" and message["status"] < 400:
-            for name, value in message.get("headers", []):
-                if name.lower() == _SESSION_HEADER:
-                    # Bound before the answer leaves, so the client's next request finds its episode.
-                    facade.episodes.bind(value.decode("latin-1"), Binding(session.id, env))
-                    bound.append(value.decode("latin-1"))
-        await send(message)
-
-    try:
-        await facade.sdk.handle_request(scope, receive, bind_on_answer)
+        await facade.sdk.handle_request(scope, receive, answer.collect)
+        issued = answer.session_header()
+        if session_id is not None and issued is not None and answer.is_result():
+            # Bound before the answer leaves, so the client's next request finds its episode.
+            facade.episodes.bind(issued, Binding(session_id, env))
+            bound = True
+        if not bound:
+            answer.drop_session_header()
+        await answer.flush(send)
     finally:
-        if not bound:  # the SDK refused the handshake: no MCP session will ever use this episode
-            try:
-                await manager.close(session.id)
-            except GymError as exc:
-                log.warning("MCP opening refused; closing its gym session failed: %s", exc.detail)
+        if not bound:
+            await _abandon_opening(facade, scope, issued, session_id)
+
+
+class _Answer:
+    """The SDK's whole answer to an opening request, held until it is known to have opened a session.
+
+    With `json_response=True` the SDK answers a POST with one JSON body, so holding it costs one copy.
+    """
+
+    def __init__(self) -> None:
+        self.start: Message | None = None
+        self.chunks: list[bytes] = []
+
+    def __repr__(self) -> str:
+        return f"_Answer(status={self.start and self.start['status']})"
+
+    async def collect(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.start = message
+        elif message["type"] == "http.response.body":
+            self.chunks.append(bytes(message.get("body", b"")))
+
+    def session_header(self) -> str | None:
+        if self.start is None:
+            return None
+        for name, value in self.start.get("headers", []):
+            if name.lower() == _SESSION_HEADER:
+                return str(value.decode("latin-1"))
+        return None
+
+    def is_result(self) -> bool:
+        """Whether the answer is a JSON-RPC result (an initialize's), not an error or a refusal."""
+        if self.start is None or self.start["status"] >= 400:
+            return False
+        try:
+            body: Any = orjson.loads(b"".join(self.chunks))
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(body, dict) and isinstance(body.get("result"), dict)
+
+    def drop_session_header(self) -> None:
+        if self.start is not None:
+            headers = [(n, v) for n, v in self.start.get("headers", []) if n.lower() != _SESSION_HEADER]
+            self.start = {**self.start, "headers": headers}
+
+    async def flush(self, send: Send) -> None:
+        if self.start is None:  # the SDK sent nothing (it raised): the ASGI server answers 500
+            return
+        await send(self.start)
+        await send({"type": "http.response.body", "body": b"".join(self.chunks)})
+
+
+async def _abandon_opening(
+    facade: McpFacade, scope: Scope, mcp_id: str | None, session_id: str | None
+) -> None:
+    """Undo a failed opening: end the SDK's MCP session (a DELETE of its own, the SDK's one public way
+    to end a session that answered 2xx), and close the gym session (stored `abandoned`)."""
+    if mcp_id is not None:
+        # The opening's own headers (Host and Origin pass the SDK's checks as they did), naming the session.
+        headers = [(n, v) for n, v in scope["headers"] if n not in (b"content-length", b"content-type")]
+        headers.append((_SESSION_HEADER, mcp_id.encode("latin-1")))
+        delete: Scope = {**scope, "method": "DELETE", "headers": headers, "state": {}}
+
+        async def nothing_more() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def discard(message: Message) -> None:
+            return None
+
+        try:
+            await facade.sdk.handle_request(delete, nothing_more, discard)
+        except Exception:  # the SDK forgets a session it refused on its own; this is belt and braces
+            log.exception("ending the MCP session of a failed opening failed")
+    if session_id is not None:
+        try:
+            await facade.episodes.manager.close(session_id)
+        except GymError as exc:
+            log.warning("MCP opening failed; closing its gym session failed: %s", exc.detail)
 
 
 def _peek(raw: bytes) -> tuple[str | int | None, bool]:
-    """The JSON-RPC id of a request body and whether it is an `initialize` (False for anything else)."""
+    """The JSON-RPC id of a request body and whether it is an `initialize` request the SDK will take
+    (an id and valid params): only those open a gym session."""
     try:
         body: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -188,8 +269,14 @@ def _peek(raw: bytes) -> tuple[str | int | None, bool]:
         return None, False
     request_id = body.get("id")
     if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None
-    return request_id, body.get("method") == "initialize"
+        return None, False
+    if body.get("method") != "initialize":
+        return request_id, False
+    try:
+        InitializeRequestParams.model_validate(body.get("params"))
+    except ValidationError:
+        return request_id, False
+    return request_id, True
 
 
 def _query_pairs(scope: Scope) -> list[tuple[str, str]]:

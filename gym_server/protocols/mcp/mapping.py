@@ -33,6 +33,7 @@ __all__ = [
     "openai_function",
     "parse_episode_params",
     "problem_data",
+    "tool_reply",
     "tool_result_text",
 ]
 
@@ -150,6 +151,18 @@ def assistant_tool_call(name: str, arguments: dict[str, Any] | None) -> dict[str
             }
         ],
     }
+
+
+def tool_reply(messages: list[dict[str, Any]], info: dict[str, Any]) -> str | None:
+    """What one tool call's step answers, for the facades: the first reply's text; an "Error:" text when
+    the environment crashed (the step stored `info["error"]` and ended the episode with `env_error`);
+    None when the environment answered nothing and did not fail, which is a success with no output (the
+    `tool_call` environment scores the call it is given without running it, and ends the episode)."""
+    if messages:
+        return str(messages[0].get("content") or "")
+    if "error" in info:
+        return f"{_TOOL_ERROR_PREFIX} {info['error']}"
+    return None
 
 
 def is_tool_error(content: str) -> bool:

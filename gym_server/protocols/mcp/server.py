@@ -154,11 +154,10 @@ class _Handlers:
             result = await self.episodes.manager.step(session.id, message.to_dict())
         except GymError as exc:
             raise mcp_error(exc) from None
-        if result.messages:
-            text = str(result.messages[0].get("content") or "")
-        else:  # the environment crashed: the step ended the episode with failure env_error
-            text = f"Error: {result.info.get('error', 'the environment gave no reply')}"
+        text = mapping.tool_reply(result.messages, result.info)
         meta = mapping.episode_meta(session.id, done=result.done, reward=result.reward, info=result.info)
+        if text is None:  # the environment ended the episode without a reply: no content, no error
+            return types.CallToolResult(content=[], is_error=False, meta=meta)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
             is_error=mapping.is_tool_error(text),

@@ -9,6 +9,8 @@ server, driving the gym's `SessionManager` (the same one as `/v1/sessions`).
   as its arguments; the tool message's content is the answer (200), or, when the engine reports a failed
   call, NeMo Gym's error form at 422. Either way the step is stored and the episode goes on, as natively.
   An unknown tool is a 404 in the same form and no step.
+- `POST .../aggregate_metrics` answers NeMo Gym's statistics of the verify answers posted (`metrics.py`),
+  as its base resources server does; it needs no episode.
 - `POST .../verify` feeds the agent's final answer to the episode if it is still open (the last item of
   `response.output`, an assistant message no tool route saw), scores it, closes the session (committed
   before the 200) and answers the request's fields plus `reward`: in NeMo Gym a rollout ends at verify.
@@ -18,6 +20,7 @@ Refusals (429 at capacity with `Retry-After`, 404 unknown environment, task or s
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,7 +30,9 @@ from starlette.types import Receive, Scope, Send
 from gym_server import jsontext
 from gym_server.api.asgi import read_body, send_json
 from gym_server.errors import GymError, SessionNotFound
+from gym_server.protocols.mcp.mapping import tool_reply
 from gym_server.protocols.nemo_gym import wire
+from gym_server.protocols.nemo_gym.metrics import aggregate_metrics
 from gym_server.sdk.messages import Message
 from gym_server.sessions.manager import LiveSession, SessionManager
 
@@ -71,6 +76,8 @@ class NemoGymEndpoint:
             if route == "seed_session":
                 session, body = await _seed(manager, env, raw)
                 status, headers = 200, []
+            elif route == "aggregate_metrics":  # about finished rollouts, so no episode (no cookie)
+                status, body, headers = await _aggregate(manager, env, raw)
             else:
                 session = _session(manager, env, scope)
                 if route == "verify":
@@ -122,8 +129,24 @@ async def _seed(manager: SessionManager, env: str, raw: bytes) -> tuple[LiveSess
         run=params.run,
         metadata={"protocol": "nemo-gym"},
     )
-    body = {**session.identity(), "messages": session.env.messages, "tools": session.tools}
-    return session, jsontext.dumps(body, default=str)
+    try:
+        body = {**session.identity(), "messages": session.env.messages, "tools": session.tools}
+        return session, jsontext.dumps(body, default=str)
+    except BaseException:  # the agent never gets the cookie: nothing may stay open
+        await manager.close(session.id)
+        raise
+
+
+async def _aggregate(manager: SessionManager, env: str, raw: bytes) -> tuple[int, bytes, Headers]:
+    """NeMo Gym's base resources server's `/aggregate_metrics` over the posted verify answers."""
+    manager.registry.get(env)  # 404 for an unknown environment, as its other routes answer
+    answers = wire.parse_aggregate(wire.parse_object(raw))
+    try:
+        # A whole collection's answers (up to the body limit): computed off the event loop.
+        metrics = await asyncio.to_thread(aggregate_metrics, answers)
+    except ValueError as exc:
+        raise _Answer(422, wire.error_body(f"bad /aggregate_metrics body: {exc}")) from None
+    return 200, jsontext.dumps(metrics), []
 
 
 async def _tool(
@@ -141,16 +164,14 @@ async def _tool(
         problems = "; ".join(error["msg"] for error in exc.errors())
         raise _Answer(422, wire.error_body(f"malformed tool call: {problems}")) from None
     result = await manager.step(session.id, message)
-    if result.messages:
-        text = str(result.messages[0].get("content") or "")
-    else:  # the environment crashed: the step ended the episode with failure env_error
-        text = f"Error: {result.info.get('error', 'the environment gave no reply')}"
+    text = tool_reply(result.messages, result.info)
     headers = [(b"x-gym-done", b"true" if result.done else b"false")]
     if result.reward is not None:
         headers.append((b"x-gym-reward", repr(result.reward).encode()))
-    if wire.is_tool_error(text):
+    if text is not None and wire.is_tool_error(text):
         return 422, wire.error_body(text), headers
-    return 200, wire.tool_output(text), headers
+    # No reply (the environment ended the episode without one): a success with an empty output.
+    return 200, wire.tool_output(text or ""), headers
 
 
 async def _verify(manager: SessionManager, session: LiveSession, raw: bytes) -> tuple[int, bytes, Headers]:

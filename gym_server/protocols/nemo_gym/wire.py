@@ -25,12 +25,14 @@ __all__ = [
     "COOKIE",
     "FAILURE_KEY",
     "RESERVED_ROUTES",
+    "AggregateRequest",
     "SeedParams",
     "assistant_tool_call",
     "cookie_header",
     "error_body",
     "final_answer",
     "is_tool_error",
+    "parse_aggregate",
     "parse_object",
     "parse_seed",
     "session_from_cookie",
@@ -89,6 +91,25 @@ def parse_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+class AggregateRequest(BaseModel):
+    """NeMo Gym's `AggregateMetricsRequest`: the verify answers of finished rollouts (other fields are
+    ignored, as its pydantic model ignores them)."""
+
+    verify_responses: list[dict[str, Any]]
+
+
+def parse_aggregate(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verify answers of an `/aggregate_metrics` body.
+
+    Raises:
+        InvalidRequest: no `verify_responses`, or one that is not a list of objects (422).
+    """
+    try:
+        return AggregateRequest.model_validate(body).verify_responses
+    except ValidationError as exc:
+        raise InvalidRequest(f"bad /aggregate_metrics body ({_problems(exc)})") from None
+
+
 def parse_seed(body: dict[str, Any]) -> SeedParams:
     """The episode's parameters from a `/seed_session` body.
 
@@ -98,10 +119,13 @@ def parse_seed(body: dict[str, Any]) -> SeedParams:
     try:
         return SeedParams.model_validate(body)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
-        )
-        raise InvalidRequest(f"bad /seed_session body ({problems})") from None
+        raise InvalidRequest(f"bad /seed_session body ({_problems(exc)})") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
+    )
 
 
 def session_from_cookie(headers: list[tuple[bytes, bytes]]) -> str | None:

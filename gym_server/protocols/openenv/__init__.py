@@ -2,7 +2,8 @@
 
 `mount(app)` adds, under `/v1/environments/{env}/openenv`, OpenEnv's WebSocket session (`/ws`, what
 openenv-core's `EnvClient`, `GenericEnvClient` and `MCPToolClient` connect to when given that URL as
-their `base_url`) and its HTTP routes (`/reset`, `/step`, `/state`). Both drive the same
+their `base_url`), its HTTP routes (`/reset`, `/step`, `/state`) and what an OpenEnv server says about
+itself (`/health`, `/metadata`, `/schema`, `/openapi.json`, `/mcp`: `info.py`). Both drive the same
 `SessionManager` as `/v1/sessions`: one OpenEnv episode is one gym session. Starlette serves the
 WebSocket with the `websockets` library that `uvicorn[standard]` already brings, so there is no extra to
 install and nothing of openenv-core is imported; the mapping is in docs/protocols.md.
@@ -15,6 +16,7 @@ from typing import Final
 from fastapi import FastAPI
 from starlette.routing import WebSocketRoute
 
+from gym_server.protocols.openenv import info
 from gym_server.protocols.openenv.fastpath import OpenEnvFastPath
 from gym_server.protocols.openenv.http import OPENENV_HTTP_PREFIX, router
 from gym_server.protocols.openenv.websocket import openenv_websocket
@@ -29,4 +31,5 @@ def mount(app: FastAPI) -> None:
     """Add the OpenEnv routes to `app`, and the fast path of its HTTP reset and step."""
     app.add_middleware(OpenEnvFastPath)
     app.include_router(router)
+    app.include_router(info.router)
     app.router.routes.append(WebSocketRoute(OPENENV_WS_PATH, openenv_websocket))

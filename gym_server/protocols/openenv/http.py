@@ -84,7 +84,11 @@ async def reset_answer(manager: SessionManager, env: str, raw: bytes) -> bytes:
     """
     params = parse_body(raw, mapping.ResetParams) if raw else mapping.ResetParams()
     session = await open_episode(manager, env, params, "http")
-    return jsontext.dumps(mapping.reset_result(session, "http"), default=str)
+    try:
+        return jsontext.dumps(mapping.reset_result(session, "http"), default=str)
+    except BaseException:  # the client never learns the episode's id: nothing may stay open
+        await manager.close(session.id)
+        raise
 
 
 async def step_answer(manager: SessionManager, env: str, raw: bytes) -> bytes:
@@ -106,9 +110,13 @@ async def step_answer(manager: SessionManager, env: str, raw: bytes) -> bytes:
     return jsontext.dumps(answer, default=str)
 
 
-@router.get("/state", summary="OpenEnv state of the episode named by episode_id")
-async def state(env: str, request: Request, episode_id: Annotated[str, Query(max_length=64)]) -> Response:
+@router.get("/state", summary="OpenEnv state of the episode named by episode_id (none: a fresh state)")
+async def state(
+    env: str, request: Request, episode_id: Annotated[str | None, Query(max_length=64)] = None
+) -> Response:
     manager = _manager(request)
+    if episode_id is None:  # OpenEnv's own GET /state answers a fresh environment's state
+        return _json(mapping.fresh_state(manager.registry.get(env)))
     _check_env(manager, episode_id, env)
     return _json(mapping.state(manager.get(episode_id)))
 

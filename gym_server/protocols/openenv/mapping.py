@@ -18,8 +18,9 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gym_server.errors import AtCapacity, GymError
-from gym_server.protocols.mcp.mapping import is_tool_error, mcp_tool, problem_data
+from gym_server.protocols.mcp.mapping import is_tool_error, mcp_tool, problem_data, tool_reply
 from gym_server.sdk.messages import Message
+from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sessions.manager import LiveSession, StepResult
 
 __all__ = [
@@ -30,7 +31,9 @@ __all__ = [
     "ListTools",
     "ResetParams",
     "SendMessage",
+    "catalog_tools_result",
     "error_data",
+    "fresh_state",
     "gym_error_data",
     "list_tools_result",
     "parse_action",
@@ -168,10 +171,11 @@ def parse_action(data: Any) -> CallTool | ListTools | SendMessage:
         ) from None
 
 
-def tools(session: LiveSession) -> list[dict[str, Any]]:
-    """The episode's tools as OpenEnv's MCP `Tool`s (`name`, `description`, `input_schema`)."""
+def tools(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI function schemas (an episode's, or an environment's catalog) as OpenEnv's MCP `Tool`s
+    (`name`, `description`, `input_schema`)."""
     listed = []
-    for schema in session.tools:
+    for schema in schemas:
         tool = mcp_tool(schema)
         listed.append(
             {
@@ -192,7 +196,7 @@ def reset_result(session: LiveSession, transport: str) -> dict[str, Any]:
     meta = {**session.identity(), "transport": transport}
     observation = {
         "messages": session.env.messages,
-        "tools": tools(session),
+        "tools": tools(session.tools),
         "metadata": {EPISODE_META_KEY: meta},
     }
     return _observation(observation, None, False)
@@ -200,8 +204,24 @@ def reset_result(session: LiveSession, transport: str) -> dict[str, Any]:
 
 def list_tools_result(session: LiveSession) -> dict[str, Any]:
     """The answer to a `list_tools` action (OpenEnv's `ListToolsObservation`); the episode is unchanged."""
-    observation = {"tools": tools(session), "metadata": {EPISODE_META_KEY: {"session_id": session.id}}}
+    observation = {
+        "tools": tools(session.tools),
+        "metadata": {EPISODE_META_KEY: {"session_id": session.id}},
+    }
     return _observation(observation, None, session.env.done)
+
+
+def catalog_tools_result(entry: EnvironmentEntry) -> dict[str, Any]:
+    """The answer to a `list_tools` before any reset: the environment's catalog tools (what
+    `GET /v1/environments/{env}` lists), since OpenEnv lists tools without an episode. An environment
+    whose tools vary by task (`tool_call`) lists every tool a task may offer; a reset lists the task's."""
+    observation = {"tools": tools(entry.cls.catalog_tools()), "metadata": {}}
+    return _observation(observation, None, False)
+
+
+def fresh_state(entry: EnvironmentEntry) -> dict[str, Any]:
+    """OpenEnv's `State` before any reset (its own server answers a fresh environment's): no episode."""
+    return {"episode_id": None, "step_count": 0, "env": entry.name, "done": False}
 
 
 def _error_type(text: str) -> str:
@@ -233,16 +253,13 @@ def step_result(session_id: str, action: CallTool | SendMessage, result: StepRes
     if isinstance(action, SendMessage):
         observation = {"messages": result.messages, "metadata": meta}
     else:
-        if result.messages:
-            text = str(result.messages[0].get("content") or "")
-        else:  # the environment crashed: the step ended the episode with failure env_error
-            text = f"Error: {result.info.get('error', 'the environment gave no reply')}"
+        text = tool_reply(result.messages, result.info)
         observation = {"tool_name": action.tool_name, "result": None, "error": None, "metadata": meta}
-        if is_tool_error(text):
+        if text is not None and is_tool_error(text):
             observation["error"] = {"error_type": _error_type(text), "message": text}
-        else:
+        else:  # no reply (the environment ended the episode without one) is a result with no content
             observation["result"] = {
-                "content": [{"type": "text", "text": text}],
+                "content": [] if text is None else [{"type": "text", "text": text}],
                 "structured_content": None,
                 "data": text,
                 "is_error": False,

@@ -62,9 +62,16 @@ class Connection:
                 if "data" not in message:
                     return _error("a step message carries its action in 'data'", mapping.VALIDATION_ERROR)
                 action = mapping.parse_action(message["data"])
+                if self.session_id is None and isinstance(action, mapping.ListTools):
+                    # OpenEnv lists tools without an episode (its MCPToolClient does so first thing).
+                    entry = self.manager.registry.get(self.env)
+                    return {"type": "observation", "data": mapping.catalog_tools_result(entry)}
                 return {"type": "observation", "data": await act(self.manager, self._live(), action)}
             if kind == "state":
-                return {"type": "state", "data": mapping.state(self.manager.get(self._live()))}
+                if self.session_id is None:  # as OpenEnv's own server: a fresh environment's state
+                    entry = self.manager.registry.get(self.env)
+                    return {"type": "state", "data": mapping.fresh_state(entry)}
+                return {"type": "state", "data": mapping.state(self.manager.get(self.session_id))}
             if kind == "close":
                 return None
         except mapping.ActionError as exc:
