@@ -304,7 +304,7 @@ def test_the_routes_an_openenv_server_describes_itself_with(tmp_path: Path) -> N
 def test_a_call_that_ends_the_episode_without_a_reply_is_a_success(tmp_path: Path) -> None:
     answer = call("list_events", date="2025-03-29")  # `tool_call` scores it, never runs it: no reply
     with gym(tmp_path) as client:
-        with client.websocket_connect("/v1/environments/tool_call/openenv/ws") as ws:
+        with client.websocket_connect("ws://localhost/v1/environments/tool_call/openenv/ws") as ws:
             send(ws, "reset", {"task_id": "tool_call-00001"})
             done = send(ws, "step", answer)["data"]
         reset = client.post("/v1/environments/tool_call/openenv/reset", json={"task_id": "tool_call-00001"})
@@ -340,7 +340,7 @@ def test_a_reset_whose_answer_fails_leaves_no_episode_on_either_transport(
 
     monkeypatch.setattr(mapping, "reset_result", broken)
     app = create_app(make_settings(f"sqlite:///{tmp_path / 'gym.db'}"))
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         assert client.post(f"{HTTP}/reset", json={"task_id": "counter-0000"}).status_code == 500
         assert app.state.manager.live_count == 0
         # The test client hands the handler's failure back when the connection ends.
