@@ -51,7 +51,7 @@ def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     worker's tmp_path under pytest-xdist is longer) would wrap mid-word."""
     monkeypatch.setenv("COLUMNS", "250")
     wide = ConsoleDimensions(250, 25)
-    monkeypatch.setattr(Console, "size", property(lambda _console: wide, Console.size.fset))
+    monkeypatch.setattr(Console, "size", property(lambda _console: wide))
 
 
 @pytest.fixture(scope="session")
