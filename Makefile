@@ -10,6 +10,10 @@ LATEST_VENV := var/venv-latest
 # bubblewrap; the image's Debian bookworm python3, also 3.11, on Docker): tools are installed for it.
 TOOLS_DIR ?= var/gym-tools
 SANDBOX_PYTHON ?= /usr/bin/python3
+# pytest-xdist workers of `make test`. Most tests wait on sandboxes, servers and databases rather than
+# compute, so more workers than the CI machine's 2 cores pay (docs/decisions.md, "CI"); `TEST_WORKERS=0`
+# runs the suite in one process.
+TEST_WORKERS ?= 4
 
 # An install is redone only when pyproject.toml or the lock changed since it last succeeded for this
 # interpreter (a stamp per sys.prefix under var/), so `make serve` and `make demo` start at once the second
@@ -59,10 +63,13 @@ demo-smollm2: $(STAMPS)/trl
 serve: $(STAMPS)/base
 	gym-server serve
 
+## tests/ and benchmarks/ are type-checked as strictly as the package. benchmarks/ on their own: their
+## scripts import their siblings by name (`protocols`, `rollouts`), which tests/ has as folders too.
 lint:
 	ruff check .
 	ruff format --check .
-	mypy gym_server
+	mypy gym_server tests
+	MYPYPATH=benchmarks:benchmarks/peers mypy benchmarks
 
 ## The example MCP servers of environments/mcp_tools, installed for the sandboxes' python3 into the tools
 ## folder (never into the gym's venv); serve with GYM_SANDBOX__TOOLS_DIR=$(CURDIR)/$(TOOLS_DIR)
@@ -74,10 +81,11 @@ mcp-tools:
 test: install-dev mcp-tools
 	bash .ci/ensure-services.sh
 	$(MAKE) lint
-	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=50
 
-## Each peer's tests (tests/interop/<peer>) in that peer's own venv (var/interop/<peer>), against real gym
-## servers run from this environment: `make interop PEER=mcp`, or every peer without PEER
+## Each peer's tests (tests/interop/<peer>) in that peer's own venv (built once per requirements hash under
+## ~/.cache/gym-server/interop, linked as var/interop/<peer>), against real gym servers run from this
+## environment: `make interop PEER=mcp`, or every peer without PEER (GYM_INTEROP_JOBS at a time)
 interop:
 	PYTHON=$(PYTHON) bash tests/interop/run.sh $(PEER)
 

@@ -13,7 +13,8 @@
 #        .ci/stack-test.sh --failure-modes runs the bad-input cases and checks each fails fast and clearly
 # Environment (all optional):
 #   STACK_SETUP=1            0: install and start nothing; fail when the engine or compose is missing
-#   STACK_BUILD=1            0: build no image; use what the engine has (a missing one fails)
+#   STACK_BUILD=1            0: build no image; use what the engine has (a missing one fails). With 1, the
+#                            server image is rebuilt only when its inputs changed (its gym-server.inputs label)
 #   STACK_PROJECT=gymstack   compose project name (labels, volume names)
 #   STACK_SERVER_PORT=18080  STACK_PG_PORT=15432   loopback ports of the server and of Postgres
 #   STACK_PG_DEADLINE_S=90   STACK_SERVER_DEADLINE_S=120   STACK_COMPOSE_DEADLINE_S=180   waits
@@ -192,24 +193,50 @@ EOF
 FILES=(-f "$SCRATCH/stack.yaml")
 DC=("${COMPOSE[@]}" "${FILES[@]}" -p "$PROJECT")  # the compose command line of this stack
 
+# image_inputs: a hash of what the server image is built from: the files of the build context (the paths
+# .dockerignore lets in; tracked files by their git blob, changed and untracked ones by content), the
+# Dockerfile, the build arguments and the base image's id. Empty (so: always build) outside a git checkout.
+image_inputs() {
+    local paths=()
+    mapfile -t paths < <(sed -n 's|^!\(.*\)|\1|p' .dockerignore)
+    git rev-parse --git-dir >/dev/null 2>&1 || return 0
+    {
+        git ls-files -s -- "${paths[@]}" deploy/server.Dockerfile
+        git status --porcelain --untracked-files=all -- "${paths[@]}" deploy/server.Dockerfile
+        git ls-files -z -m -o --exclude-standard -- "${paths[@]}" deploy/server.Dockerfile \
+            | xargs -0r sha256sum 2>/dev/null
+        find deploy/wheelhouse -maxdepth 1 -name '*.whl' -printf '%f %s\n' | sort
+        echo "$BASE_IMAGE $(docker image inspect -f '{{.Id}}' "$BASE_IMAGE" 2>/dev/null)"
+    } | sha256sum | cut -c1-16
+}
+
 if [ "$BUILD" = 1 ]; then
     t=$SECONDS
     bash deploy/base/build.sh all
     bash deploy/wheelhouse.sh
-    log "building $GYM_SERVER_IMAGE from $BASE_IMAGE (no network in the build)"
-    # The builder stage is tagged too, so that pruning the images this build replaced keeps its cache.
-    for target in builder final; do
-        tag="$GYM_SERVER_IMAGE" target_args=()
-        [ "$target" = final ] || { tag="${GYM_SERVER_IMAGE%%:*}-builder:latest"; target_args=(--target builder); }
-        if ! docker build --network none "${target_args[@]}" -f deploy/server.Dockerfile \
-            --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$tag" . >"$SCRATCH/build.log" 2>&1; then
-            tail -n 30 "$SCRATCH/build.log" >&2
-            die "building $tag failed (docker build -f deploy/server.Dockerfile --build-arg BASE_IMAGE=$BASE_IMAGE .)"
-        fi
-    done
-    for kind in server server-builder; do
-        docker image prune -f --filter "label=gym-server.image=$kind" >/dev/null 2>&1 || true
-    done
+    # The server image carries the hash of its inputs (the build context .dockerignore lets in, the
+    # Dockerfile, the base image): the same inputs as the image the engine holds mean no build at all.
+    inputs="$(image_inputs)"
+    if [ -n "$inputs" ] && [ "$(docker image inspect -f '{{index .Config.Labels "gym-server.inputs"}}' \
+        "$GYM_SERVER_IMAGE" 2>/dev/null)" = "$inputs" ]; then
+        log "$GYM_SERVER_IMAGE is up to date (inputs $inputs); not rebuilt"
+    else
+        log "building $GYM_SERVER_IMAGE from $BASE_IMAGE (no network in the build)"
+        # The builder stage is tagged too, so that pruning the images this build replaced keeps its cache.
+        for target in builder final; do
+            tag="$GYM_SERVER_IMAGE" target_args=()
+            [ "$target" = final ] || { tag="${GYM_SERVER_IMAGE%%:*}-builder:latest"; target_args=(--target builder); }
+            if ! docker build --network none "${target_args[@]}" -f deploy/server.Dockerfile \
+                --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "gym-server.inputs=$inputs" -t "$tag" . \
+                >"$SCRATCH/build.log" 2>&1; then
+                tail -n 30 "$SCRATCH/build.log" >&2
+                die "building $tag failed (docker build -f deploy/server.Dockerfile --build-arg BASE_IMAGE=$BASE_IMAGE .)"
+            fi
+        done
+        for kind in server server-builder; do
+            docker image prune -f --filter "label=gym-server.image=$kind" >/dev/null 2>&1 || true
+        done
+    fi
     log "images ready in $((SECONDS - t)) s"
 fi
 

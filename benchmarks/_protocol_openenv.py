@@ -46,7 +46,12 @@ class OpenEnvWsClient:
         assert self.ws is not None
         await self.ws.send(frame)
         answer = await self.ws.recv()
-        if not answer.startswith('{"type":"observation"' if isinstance(answer, str) else b'{"type":"obs'):
+        observed = (
+            answer.startswith('{"type":"observation"')
+            if isinstance(answer, str)
+            else answer.startswith(b'{"type":"observation"')
+        )
+        if not observed:
             raise UnexpectedAnswer(str(answer[:120]))
         return answer
 

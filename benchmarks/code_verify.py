@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +306,7 @@ def profile(backends: list[str], baseline: str | None, repeats: int) -> str:
         "|---|---|---|---|",
     ]
     for name in backends:
-        for label, cpu_ms, wall_ms in run(lambda n=name: profile_backend(n, old, repeats)):
+        for label, cpu_ms, wall_ms in run(partial(profile_backend, name, old, repeats)):
             lines.append(f"| {name} | {label} | {cpu_ms:.1f} | {wall_ms:.1f} |")
             print(lines[-1], flush=True)
     lines.append(f"\nload average at the end: {load_average()}")
@@ -360,17 +361,12 @@ def main() -> None:
                     folder.mkdir()
                     gyms[pool] = start_gym(backend, pool, folder)
                 for pool, (gym, port) in gyms.items():  # warm-up: the pool fills
-                    run(lambda p=port, g=gym.pid, b=backend, s=pool: level(p, g, b, s, 1, 1.0, work))
+                    run(partial(level, port, gym.pid, backend, pool, 1, 1.0, work))
                 for _ in range(args.rounds):
                     for clients in args.clients:
                         for pool, (gym, port) in gyms.items():
-                            levels.append(
-                                run(
-                                    lambda p=port, g=gym.pid, b=backend, s=pool, c=clients: level(
-                                        p, g, b, s, c, args.duration, work
-                                    )
-                                )
-                            )
+                            one = partial(level, port, gym.pid, backend, pool, clients, args.duration, work)
+                            levels.append(run(one))
                             print(row(levels[-1]), flush=True)
             finally:
                 for gym, _ in gyms.values():

@@ -5,7 +5,7 @@ On a one-node Ray cluster offering `sandbox` slots, with bubblewrap on both side
 `python3 -c pass`, p50 and p99, in interleaved rounds (local, remote, local, ...), so machine load moves
 both alike. The remote path adds the Ray actor call (loopback here; a network hop on a real cluster).
 
-    python -P benchmarks/ray_sandbox.py [--rounds 3] [--execs 40]   (-P: benchmarks/ray.py would shadow ray)
+    python benchmarks/ray_sandbox.py [--rounds 3] [--execs 40]
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ async def main(rounds: int, execs: int) -> None:
     local = BubblewrapBackend(server_name="bench-local")
     remote = RayHostsBackend(server_name="bench-replica", hosts=hosts.prefix)
     await remote.check()
-    kinds = {"local bubblewrap": local, "ray host (bubblewrap)": remote}
-    results = {kind: {key: [] for key in ("start", *COMMANDS)} for kind in kinds}
+    kinds: dict[str, SandboxBackend] = {"local bubblewrap": local, "ray host (bubblewrap)": remote}
+    results: dict[str, dict[str, list[float]]] = {
+        kind: {key: [] for key in ("start", *COMMANDS)} for kind in kinds
+    }
     load_before = os.getloadavg()[0]
     for _ in range(rounds):
         for kind, backend in kinds.items():

@@ -125,7 +125,7 @@ async def ladder(
     settings = Settings(
         database_url=f"sqlite:///{workdir}/ladder.db",
         server_name="ladder",
-        sessions={"max_sessions": 1000},  # type: ignore[arg-type]
+        sessions={"max_sessions": 1000},
     )
     app = create_app(settings)
     rungs: list[tuple[str, float]] = []

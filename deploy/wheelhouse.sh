@@ -5,8 +5,9 @@
 # from the wheelhouse alone (pip --no-index), so `docker build` needs no network at all: this is what makes
 # the image buildable with an engine that has no bridge network and no registry.
 #
-# Skipped when the wheelhouse already matches pyproject.toml's dependencies (a stamp file); --force redoes
-# it. An empty wheelhouse (just the .gitignore) makes the image build download from the index instead.
+# Skipped when the wheelhouse already matches pyproject.toml's dependencies (a stamp file), or copied from
+# the machine's cache ($GYM_CI_CACHE/wheelhouse/<stamp>, default ~/.cache/gym-server) when a fresh checkout
+# has none; --force redoes it. An empty wheelhouse (just the .gitignore) makes the image build download from the index instead.
 #
 # Usage: deploy/wheelhouse.sh [--force]     Environment: PYTHON (default python3), EXTRAS (default sandbox)
 set -euo pipefail
@@ -38,6 +39,14 @@ if [ "${1:-}" != --force ] && [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" =
     log "up to date ($(find "$OUT" -name '*.whl' | wc -l) wheels, stamp $stamp)"
     exit 0
 fi
+# A copy per stamp outside the checkout, so a fresh clone on the same machine (CI) downloads nothing.
+CACHE="${GYM_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gym-server}/wheelhouse/$stamp"
+if [ "${1:-}" != --force ] && [ -f "$CACHE/.stamp" ] && [ "$(cat "$CACHE/.stamp")" = "$stamp" ]; then
+    find "$OUT" -name '*.whl' -delete
+    cp "$CACHE"/*.whl "$OUT"/ && cp "$CACHE/.stamp" "$OUT/.stamp"
+    log "copied from $CACHE ($(find "$OUT" -name '*.whl' | wc -l) wheels, stamp $stamp)"
+    exit 0
+fi
 
 # Every manylinux tag a bookworm (glibc 2.36) image accepts, newest first, plus pure-Python wheels.
 platforms=()
@@ -65,3 +74,10 @@ rm -f "$pip_log"
 rm -f "$OUT/.requirements.txt"
 printf '%s\n' "$stamp" >"$OUT/.stamp"
 log "$(find "$OUT" -name '*.whl' | wc -l) wheels, $(du -sh "$OUT" | cut -f1)"
+# Kept for the next checkout (no cache when the home is read-only: then the next one downloads again).
+if mkdir -p "$CACHE.tmp.$$" 2>/dev/null && cp "$OUT"/*.whl "$OUT/.stamp" "$CACHE.tmp.$$"/; then
+    rm -rf "$CACHE" && mv "$CACHE.tmp.$$" "$CACHE"
+    find "$(dirname "$CACHE")" -mindepth 1 -maxdepth 1 -type d -mtime +14 -exec rm -rf {} +  # old stamps
+else
+    rm -rf "$CACHE.tmp.$$"
+fi

@@ -20,6 +20,7 @@ import httpx
 import psycopg
 import pytest
 from fastapi import FastAPI
+from rich.console import Console, ConsoleDimensions
 
 from gym_server.app import create_app
 from gym_server.sdk.registry import Registry
@@ -54,6 +55,17 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         else:
             base[key] = value
     return Settings(**base)
+
+
+@pytest.fixture
+def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich consoles 250 columns wide, however early they were made. The CLI modules make theirs at import,
+    and a console fixes its width for good when COLUMNS is set at that moment (by whichever test ran
+    first in that process), so setting COLUMNS in a later test does not reach it, and a long path (a
+    worker's tmp_path under pytest-xdist is longer) would wrap mid-word."""
+    monkeypatch.setenv("COLUMNS", "250")
+    wide = ConsoleDimensions(250, 25)
+    monkeypatch.setattr(Console, "size", property(lambda _console: wide))
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,8 @@ def services(cli: list[str]) -> dict[str, Any]:
     done = compose_config(cli, ROOT / "compose.yaml")
     assert done.returncode == 0, done.stderr
     merged: dict[str, Any] = yaml.safe_load(done.stdout)
-    return merged["services"]
+    services: dict[str, Any] = merged["services"]
+    return services
 
 
 @pytest.fixture(scope="module")

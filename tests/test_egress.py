@@ -74,5 +74,5 @@ def test_a_port_and_a_path_narrow_a_prefix() -> None:
 def test_a_prefix_that_cannot_be_matched_stops_the_configuration() -> None:
     for bad in ("ftp://x", "http://u:p@host", "http://host/?q=1", "vllm:8000"):
         with pytest.raises(ValidationError, match="policy_urls"):
-            Settings(rollout_runs={"policy_urls": [bad]})  # type: ignore[arg-type]
+            Settings(rollout_runs={"policy_urls": [bad]})
     assert Settings().rollout_runs.policy_urls == list(DEFAULT_POLICY_URLS)

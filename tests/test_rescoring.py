@@ -231,9 +231,8 @@ async def test_rescore_many_summarises_changes_by_env(
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> typer.Typer:
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wide_terminal: None) -> typer.Typer:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "200")
     for name in ("GYM_DATABASE_URL", "GYM_STORE__URL", "GYM_STORE__PATH"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(rescore, "load_registry", lambda: Registry([HalfCounter]))

@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # Run the peers' interop tests (tests/interop/README.md): `run.sh [PEER...]`, every peer when none is named.
-# For each peer: build (or reuse) its venv under var/interop/<peer> from its pinned requirements.txt, with
-# the interpreter its `python-version` file names (a pyenv version; the default python3 without one),
-# install the gym extras its `gym-extras` file names into the project's environment ($PYTHON), then run
-# its tests from its venv with its own pytest.ini; the gym servers they start run from $PYTHON. `-P` keeps
-# the repository root off sys.path: its `verifiers/` (the gym's verifiers) would shadow the verifiers peer.
+# Each peer gets its venv from its pinned requirements*.txt, with the interpreter its `python-version` file
+# names (a pyenv version; the default python3 without one). The venv lives in a cache outside the checkout
+# ($GYM_CI_CACHE, default ~/.cache/gym-server), keyed by a hash of those files and the interpreter: it is
+# built once and reused by every later run (a fresh clone included) until the pins or the interpreter
+# change. The gym extras the peers' `gym-extras` files name are installed into the project's environment
+# ($PYTHON) once, before any test, and only when something is missing (.ci/installed.py). The peers' tests
+# then run from their venvs with their own pytest.ini, GYM_INTEROP_JOBS at a time (default 2; the gym
+# servers they start run from $PYTHON on free loopback ports, so peers do not collide), each peer's output
+# printed whole when it ends. `-P` keeps the repository root off sys.path: its `verifiers/` (the gym's
+# verifiers) would shadow the verifiers peer.
+# Environment: PYTHON (default python3), GYM_CI_CACHE, GYM_INTEROP_JOBS (default 2),
+#              GYM_INTEROP_INSTALL (default 1; 0: use the project's environment as it is, install nothing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
 LOCK=requirements/lock.txt
+JOBS=${GYM_INTEROP_JOBS:-2}
+CACHE=${GYM_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gym-server}/interop
+# No writable cache (a read-only home): venvs under var/interop, as good, just not shared between clones.
+mkdir -p "$CACHE" 2>/dev/null && [ -w "$CACHE" ] || CACHE=var/interop-cache
+mkdir -p "$CACHE" var/interop
 
 peers=("$@")
 if [ ${#peers[@]} -eq 0 ]; then
@@ -16,38 +28,103 @@ if [ ${#peers[@]} -eq 0 ]; then
 fi
 [ ${#peers[@]} -gt 0 ] || { echo "no interop peers under tests/interop"; exit 1; }
 
-status=0
+# interpreter PEER: the python its venv is built from.
+interpreter() {
+    local dir=tests/interop/$1 version found
+    if [ ! -f "$dir/python-version" ]; then
+        command -v "$PYTHON"
+        return
+    fi
+    # pyenv's own lookup, not `python` on PATH: inside an activated venv that is the venv's python,
+    # whatever PYENV_VERSION says.
+    version=$(tr -d '[:space:]' <"$dir/python-version")
+    found=$(PYENV_VERSION=$version pyenv which python 2>/dev/null || true)
+    [ -n "$found" ] || { echo "$1 needs Python $version: install it with pyenv (pyenv install $version)" >&2; return 2; }
+    echo "$found"
+}
+
+# venv PEER INTERPRETER: print the path of a complete venv for PEER, building it when the cache has none.
+# Key: the requirements files and the interpreter (its path, version and platform). A venv counts only
+# with its `.gym-complete` stamp and a python that still starts with pytest importable (a removed base
+# interpreter breaks a venv); anything less is removed and rebuilt. A lock file keeps two concurrent runs
+# from building the same venv.
+venv() {
+    local peer=$1 python=$2 dir=tests/interop/$1 key venv
+    key=$({ cat "$dir"/requirements*.txt; "$python" -c 'import platform, sys; print(sys.executable, sys.version, platform.machine())'; } \
+        | sha256sum | cut -c1-16)
+    venv=$CACHE/$peer-$key
+    (
+        flock 9
+        if [ -f "$venv/.gym-complete" ] && "$venv/bin/python" -c 'import pytest' >/dev/null 2>&1; then
+            echo "== $peer: reusing $venv" >&2
+        else
+            echo "== $peer: building $venv" >&2
+            rm -rf "$venv"
+            "$python" -m venv "$venv"
+            "$venv/bin/python" -m pip install -q -r "$dir/requirements.txt" >&2
+            # requirements-nodeps.txt (optional): packages installed without their dependencies, for a peer
+            # whose declared pins cannot install here (OpenRLHF's CUDA builds); the key covers both files.
+            if [ -f "$dir/requirements-nodeps.txt" ]; then
+                "$venv/bin/python" -m pip install -q --no-deps -r "$dir/requirements-nodeps.txt" >&2
+            fi
+            touch "$venv/.gym-complete"
+        fi
+        # This peer's venvs of other keys, unused for two weeks (pins since changed), are dropped.
+        find "$CACHE" -maxdepth 2 -path "$CACHE/$peer-*/.gym-complete" -mtime +14 -printf '%h\n' \
+            | grep -vxF "$venv" | xargs -r rm -rf
+        touch "$venv/.gym-complete"  # its last use
+    ) 9>"$CACHE/$peer.lock" || return 1
+    # var/interop/PEER points at it (where tests/interop/README.md says the venv is); a venv there from
+    # before the cache is replaced.
+    [ -L "var/interop/$peer" ] || rm -rf "var/interop/$peer"
+    ln -sfn "$(realpath "$venv")" "var/interop/$peer"
+    echo "$venv"
+}
+
+# The union of the peers' gym extras, installed once: the project's environment is shared by all peers.
+extras=()
 for peer in "${peers[@]}"; do
     dir=tests/interop/$peer
     [ -f "$dir/requirements.txt" ] || { echo "unknown peer '$peer': no $dir/requirements.txt"; exit 2; }
-    venv=var/interop/$peer
-    # requirements-nodeps.txt (optional): packages installed without their dependencies, for a peer whose
-    # declared pins cannot install here (OpenRLHF's CUDA builds); the stamp covers both files.
-    if ! cat "$dir"/requirements*.txt | cmp -s - "$venv/requirements.txt"; then
-        echo "== $peer: building $venv"
-        rm -rf "$venv"
-        if [ -f "$dir/python-version" ]; then
-            # pyenv's own lookup, not `python` on PATH: inside an activated venv that is the venv's python,
-            # whatever PYENV_VERSION says.
-            version=$(tr -d '[:space:]' < "$dir/python-version")
-            interpreter=$(PYENV_VERSION=$version pyenv which python 2>/dev/null || true)
-            if [ -z "$interpreter" ]; then
-                echo "$peer needs Python $version: install it with pyenv (pyenv install $version)"
-                exit 2
-            fi
-            "$interpreter" -m venv "$venv"
-        else
-            "$PYTHON" -m venv "$venv"
-        fi
-        "$venv/bin/python" -m pip install -q -r "$dir/requirements.txt"
-        if [ -f "$dir/requirements-nodeps.txt" ]; then
-            "$venv/bin/python" -m pip install -q --no-deps -r "$dir/requirements-nodeps.txt"
-        fi
-        cat "$dir"/requirements*.txt > "$venv/requirements.txt"  # the stamp: rebuilt when the pins change
-    fi
-    extras=$( { tr -d '[:space:]' < "$dir/gym-extras"; } 2>/dev/null || true)  # no file: no extras
-    "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"
-    echo "== $peer: tests"
-    GYM_INTEROP_PYTHON=$(command -v "$PYTHON") "$venv/bin/python" -P -m pytest -c "$dir/pytest.ini" "$dir" || status=1
+    [ -f "$dir/gym-extras" ] && extras+=($(tr ',' ' ' <"$dir/gym-extras"))
 done
+extras=$(printf '%s\n' "${extras[@]}" | sort -u | paste -sd, -)
+if [ "${GYM_INTEROP_INSTALL:-1}" = 0 ]; then
+    echo "== GYM_INTEROP_INSTALL=0: the project's environment as it is (extras wanted: ${extras:-none})"
+elif "$PYTHON" .ci/installed.py "$extras" "$LOCK"; then
+    echo "== gym-server already installed from $(pwd) with extras [${extras}]"
+else
+    "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"
+fi
+
+# run_peer PEER LOG: the venv, then the tests; the exit status is the tests'.
+run_peer() {
+    local peer=$1 python venv start=$SECONDS code=0
+    python=$(interpreter "$peer") && venv=$(venv "$peer" "$python") || return 2
+    echo "== $peer: tests"
+    GYM_INTEROP_PYTHON=$(command -v "$PYTHON") "$venv/bin/python" -P -m pytest -c "tests/interop/$peer/pytest.ini" \
+        "tests/interop/$peer" || code=$?
+    echo "== $peer: exit $code after $((SECONDS - start)) s"
+    return $code
+}
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+status=0
+declare -A running=()  # pid -> peer
+# finish: wait for one peer to end, print its log whole, record a failure.
+finish() {
+    local pid peer code=0
+    wait -n -p pid "${!running[@]}" || code=$?
+    peer=${running[$pid]}
+    unset "running[$pid]"
+    cat "$logs/$peer"
+    [ "$code" = 0 ] || { status=1; echo "== $peer FAILED (exit $code)"; }
+}
+for peer in "${peers[@]}"; do
+    while [ ${#running[@]} -ge "$JOBS" ]; do finish; done
+    run_peer "$peer" >"$logs/$peer" 2>&1 &
+    running[$!]=$peer
+done
+while [ ${#running[@]} -gt 0 ]; do finish; done
 exit $status

@@ -2,8 +2,9 @@
 
 `backend` is parametrized over bubblewrap and Docker (marked `bwrap` and `docker`); a backend that cannot
 start here is skipped with its reason. After each test the fixture closes the backend and asserts that
-nothing of it is left on the host: no processes of a sandbox uid, no containers with its labels, no
-mounts, no cgroups, no folders.
+nothing of it is left on the host: no processes of the uids it gave its sandboxes, no containers with its
+labels, no mounts, no cgroups, no folders. Each check looks at this backend's own things only, so tests on
+pytest-xdist workers can run side by side.
 """
 
 from __future__ import annotations
@@ -56,9 +57,26 @@ def managed_containers(server_name: str) -> list[str]:
         client.close()
 
 
+class RecordingBubblewrap(BubblewrapBackend):
+    """Bubblewrap that remembers every host uid it gave a sandbox: the leak check looks at processes of
+    those uids only, so sandboxes that other tests run at the same time (pytest-xdist workers) never count
+    as this backend's leftovers."""
+
+    def __init__(self, *, server_name: str) -> None:
+        super().__init__(server_name=server_name)
+        self.issued_uids: set[int] = set()
+
+    def new_uid(self) -> int | None:
+        uid = super().new_uid()
+        if uid is not None:
+            self.issued_uids.add(uid)
+        return uid
+
+
 async def _make(kind: str) -> SandboxBackend:
     name = f"gymtest-{uuid.uuid4().hex[:8]}"
-    backend: SandboxBackend = (BubblewrapBackend if kind == "bubblewrap" else DockerBackend)(server_name=name)
+    made = RecordingBubblewrap if kind == "bubblewrap" else DockerBackend
+    backend: SandboxBackend = made(server_name=name)
     try:
         await backend.check()
     except SandboxUnavailable as exc:
@@ -94,8 +112,8 @@ async def checked_backend(kind: str) -> AsyncIterator[SandboxBackend]:
     finally:
         await made.aclose()
     assert _leftovers(made) == []
-    if made.name == "bubblewrap":
-        left = [p for p in sandbox_uid_processes() if p[0] not in before]
+    if isinstance(made, RecordingBubblewrap):
+        left = [p for p in sandbox_uid_processes() if p[0] not in before and p[1] in made.issued_uids]
         assert left == [], f"processes left behind: {left}"
 
 

@@ -113,7 +113,9 @@ async def test_reaper_removes_what_dead_owners_left_and_spares_live_ones(
     in_a_container = await asyncio.to_thread(_labelled, "any-server-name", "i5", host=host, owner=unseen)
     live = await docker_backend.start(Limits(timeout_s=5))
     try:
-        assert await docker_backend.reap() >= 2
+        # `elsewhere` carries this backend's name, so it is this reaper's alone; `crashed` may be taken
+        # by any reaper on this machine first (another pytest-xdist worker's): whoever takes it, it goes.
+        assert await docker_backend.reap() >= 1
         assert not await asyncio.to_thread(_exists, crashed)  # its process on this host is gone
         assert not await asyncio.to_thread(_exists, elsewhere)  # this server's name, restarted elsewhere
         assert await asyncio.to_thread(_exists, alive_here)  # a live process on this host

@@ -19,6 +19,7 @@ from gym_server.sandbox.egress.policy import (
     Address,
     EgressPolicy,
     EgressRule,
+    Resolver,
     address_refusal,
     parse_rule,
 )
@@ -28,7 +29,7 @@ from gym_server.settings import EgressSettings, Settings
 IP = ipaddress.ip_address
 
 
-def answers(*addresses: str) -> object:
+def answers(*addresses: str) -> Resolver:
     async def resolver(name: str, port: int) -> list[Address]:
         return [IP(a) for a in addresses]
 

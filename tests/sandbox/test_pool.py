@@ -8,6 +8,7 @@ import random
 import pytest
 from gymtest import apoll
 
+from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
 
@@ -30,12 +31,18 @@ class Gated:
         self._jitter_s = jitter_s
         self._random = random.Random(7)
 
-    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> Sandbox:
+    async def start(
+        self,
+        limits: Limits | None = None,
+        *,
+        session_id: str | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> Sandbox:
         self.starting += 1
         try:
             await self.gate.wait()
             await asyncio.sleep(self._random.uniform(0, self._jitter_s))
-            box = await self.backend.start(limits, session_id=session_id)
+            box = await self.backend.start(limits, session_id=session_id, egress=egress)
         finally:
             self.starting -= 1
         self.started.append(box)
@@ -195,8 +202,14 @@ class HeldCloses(Gated):
         self.closing = asyncio.Event()
         self.close_may_go = asyncio.Event()
 
-    async def start(self, limits: Limits | None = None, *, session_id: str | None = None) -> Sandbox:
-        box = await super().start(limits, session_id=session_id)
+    async def start(
+        self,
+        limits: Limits | None = None,
+        *,
+        session_id: str | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> Sandbox:
+        box = await super().start(limits, session_id=session_id, egress=egress)
         if self.hold:
             close = box.close
 

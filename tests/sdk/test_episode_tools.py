@@ -22,7 +22,7 @@ class Dynamic(Environment):
         return f"echo {arguments}" if name == "echo" else None
 
     @tool
-    async def done(self) -> str:
+    async def end(self) -> str:
         """End it."""
         self.finish()
         return "bye"
@@ -37,12 +37,12 @@ async def test_episode_tools_run_beside_class_tools() -> None:
     echoed = await env.step(call("echo", {"x": 1}))
     assert echoed.messages[0]["content"] == 'echo {"x":1}' and not echoed.done
     unknown = await env.step(call("nope"))
-    assert unknown.messages[0]["content"] == "Error: unknown tool 'nope'; available tools: done, echo."
+    assert unknown.messages[0]["content"] == "Error: unknown tool 'nope'; available tools: echo, end."
     capped = await env.run_tool_calls(
         [call("echo", {}, "a")["tool_calls"][0], call("echo", {}, "b")["tool_calls"][0]],
         tool_timeout_s=1,
         max_tool_calls=1,
     )
     assert capped[1]["content"].startswith("Error: not executed")
-    finished = await env.step(call("done"))
+    finished = await env.step(call("end"))
     assert finished.done and finished.messages[0]["content"] == "bye"

@@ -27,9 +27,8 @@ cli.command()(export.export)
 
 
 @pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wide_terminal: None) -> CliRunner:
     monkeypatch.chdir(tmp_path)  # no stray .env, and the default SQLite path lands here
-    monkeypatch.setenv("COLUMNS", "250")  # keep rich from wrapping long paths
     for name in ("GYM_DATABASE_URL", "GYM_STORE__URL", "GYM_STORE__PATH"):
         monkeypatch.delenv(name, raising=False)
     return CliRunner()

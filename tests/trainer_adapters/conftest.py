@@ -281,7 +281,7 @@ class FakeVLLM:
             logprobs.pop()
         elif entry == "!nan":
             logprobs[0] = None
-        return answer
+        return JSONResponse(answer)
 
 
 @pytest.fixture

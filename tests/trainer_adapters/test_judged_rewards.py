@@ -102,6 +102,7 @@ async def test_a_grade_flows_into_the_reward_and_the_gate_runs_before_the_judge(
     assert verdict["failure"] is None and verdict["info"]["scored_by"] == "judge"
     assert verdict["components"]["answer"] == pytest.approx(0.9)
     assert verdict["reward"] == pytest.approx(0.7 * 0.9 + 0.3 * 1.0)
+    assert InboxEnv.judge_rubric is not None
     assert calls >= 1 and InboxEnv.judge_rubric in prompts[0][1]["content"]
     assert TASK.answer["answers"][0] in prompts[0][1]["content"]  # the reference is shown to the judge
     assert gated["reward"] == 0.0 and gated["info"]["scored_by"] == "gate" and len(prompts) == calls

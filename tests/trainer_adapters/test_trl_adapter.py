@@ -68,7 +68,7 @@ def test_rollout_func_returns_trl_fields_in_prompt_order(
 
 
 def test_environment_factory_binds_gym_tools(gym_url: str) -> None:
-    from transformers.utils import get_json_schema
+    from transformers.utils.chat_template_utils import get_json_schema
 
     factory = make_environment_factory(gym_url, "counter", run="trl-env")
     env = factory()

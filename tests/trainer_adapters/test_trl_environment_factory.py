@@ -41,8 +41,9 @@ def test_grpo_with_environment_factory_raises_the_gym_reward(
 ) -> None:
     pytest.importorskip("trl")
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from transformers.utils import get_json_schema
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers.utils.chat_template_utils import get_json_schema
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
     from datasets import Dataset
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer

@@ -42,7 +42,8 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
     pytest.importorskip("trl")
     import torch
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
     from datasets import Dataset
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
@@ -106,6 +107,7 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
     renderer = ChatRenderer(tokenizer)
     for i, episode in enumerate(rollout.last_rollouts):
         ids, logprobs, mask = out["completion_ids"][i], out["logprobs"][i], out["env_mask"][i]
+        assert args.max_completion_length is not None
         assert len(ids) == len(logprobs) == len(mask) <= args.max_completion_length
         assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if m == 0)
         if episode.stop_reason == "done":
@@ -122,8 +124,10 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
         # Environment tokens are exactly the template deltas of the replies to every turn but the last.
         assert env_text == "".join(renderer.render_delta(g).text for g in groups[: episode.num_turns - 1])
         # The sampled logprobs are the trainer's own (temperature 1): what GRPO's ratio starts from.
+        model = trainer.model
+        assert model is not None
         with torch.no_grad():
-            logits = trainer.model(torch.tensor([out["prompt_ids"][i] + ids])).logits[0]
+            logits = model(torch.tensor([out["prompt_ids"][i] + ids])).logits[0]
         recomputed = torch.log_softmax(logits.float(), dim=-1)
         offset = len(out["prompt_ids"][i]) - 1
         for k, (token, lp, m) in enumerate(zip(ids, logprobs, mask, strict=True)):

@@ -21,7 +21,16 @@ import httpx
 import pytest
 from authtest import KeyMaker
 from conftest import ServerProcess, free_port
-from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, Request, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Dialog,
+    Page,
+    Playwright,
+    Request,
+    expect,
+    sync_playwright,
+)
 from ui.inspector_data import HOSTILE, HOSTILE_MARKUP, SHOWCASE, populate
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts" / "ui"
@@ -256,7 +265,12 @@ def test_assets_are_served_from_the_package(server: ServerProcess) -> None:
 
 def test_model_output_is_shown_as_text_and_runs_nothing(page: Page) -> None:
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def dismiss(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
     page.goto(f"/ui/trajectories/{HOSTILE}")
     expect(page.locator(".role-user .text")).to_have_text(HOSTILE_MARKUP)
     expect(page.locator(".tool-call .tool-name")).to_have_text("<i>tool</i>")

@@ -9,7 +9,7 @@ replicas and this load generator share the machine's cores, and the load average
 row because the machine may be shared. Needs the ray extra and a PostgreSQL (`--admin-url`; the run
 uses a throwaway database).
 
-    python benchmarks/ray.py [--clients 16] [--duration 5] [--rounds 3] [--write-docs]
+    python benchmarks/ray_entry.py [--clients 16] [--duration 5] [--rounds 3] [--write-docs]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import time
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -38,7 +39,7 @@ from _sessions_workload import COUNTER_TASKS, STEP_BODY
 
 LEVELS = ("direct", "entry-1 forwarded", "entry-1 followed", "entry-2 forwarded", "entry-2 followed")
 DOCS = REPO / "docs" / "benchmarks.md"
-SECTION = "## Ray entry point (`benchmarks/ray.py`)"
+SECTION = "## Ray entry point (`benchmarks/ray_entry.py`)"
 
 
 @dataclass
@@ -183,8 +184,8 @@ def main() -> None:
                 ):
                     levels[name].append(
                         run(
-                            lambda t=target, n=name, f=follow: episodes(
-                                t, args.clients, args.duration, args.steps, n, follow=f
+                            partial(
+                                episodes, target, args.clients, args.duration, args.steps, name, follow=follow
                             )
                         )
                     )
@@ -196,8 +197,8 @@ def main() -> None:
                 for name, follow in (("entry-2 forwarded", False), ("entry-2 followed", True)):
                     levels[name].append(
                         run(
-                            lambda n=name, f=follow: episodes(
-                                port, args.clients, args.duration, args.steps, n, follow=f
+                            partial(
+                                episodes, port, args.clients, args.duration, args.steps, name, follow=follow
                             )
                         )
                     )
