@@ -225,7 +225,8 @@ class Rescorer:
             raise CannotRescore(
                 record.id, f"environment {record.env!r} is not installed any more", env=record.env
             ) from exc
-        task = entry.dataset.get(record.task_id)
+        # In a thread: a generated dataset makes the task now (CPU work, first use of a level builds it).
+        task = await asyncio.to_thread(entry.dataset.get, record.task_id)
         if task is None:
             raise CannotRescore(
                 record.id,

@@ -178,12 +178,16 @@ class SessionManager:
         if ttl_s is not None and ttl_s > limits.max_ttl_s:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
-        chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
         tenant = current_tenant.get() or DEFAULT_TENANT
         if self.quotas is not None:
             self.quotas.reserve_session(tenant)
         self._creating += 1
         try:
+            # In a thread: a generated dataset makes the task now (reasoning-gym's generators are CPU work,
+            # and a level not yet used builds its generator), which the shared event loop must not run.
+            chosen, seed = await asyncio.to_thread(
+                choose_task, entry, task_id=task_id, task=task, split=split, seed=seed
+            )
             instance = await self._start_env(entry, chosen, seed)
         except BaseException:
             if self.quotas is not None:
