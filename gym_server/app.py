@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute
 
 from gym_server import __version__, judging
 from gym_server.api.errors import install_error_handlers
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
             )
             app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
             reaper.start()
+            _build_routes(app.routes)
             await _warm_catalog(app.state.registry, settings, stack)
             try:
                 # MCP sessions end (their tasks cancelled) before the manager records live sessions lost.
@@ -178,3 +180,13 @@ async def _warm_catalog(registry: Registry, settings: Settings, stack: AsyncExit
 def _warm_and_freeze(registry: Registry, stop: threading.Event | None) -> None:
     registry.warm(stop)
     gc.freeze()
+
+
+def _build_routes(routes: list[BaseRoute]) -> None:
+    """Build now what FastAPI builds at an included router's first request (each route's schemas and
+    dependencies: a few hundred ms of CPU), before the server listens rather than on the loop then."""
+    for route in routes:
+        contexts = getattr(route, "effective_route_contexts", None)  # fastapi's _IncludedRouter
+        if callable(contexts):
+            for _ in contexts():
+                pass
