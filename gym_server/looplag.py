@@ -6,8 +6,9 @@ blocking call, an import) delays every other request by as long. The monitor wak
 (`gym_event_loop_lag_seconds`) and a gauge of the largest lag in the last minute
 (`gym_event_loop_lag_max_seconds`). Above the threshold (`GYM_LIMITS__LOOP_LAG_WARN_MS`) it logs a
 WARNING naming the requests in flight when the loop stalled and where the loop was stuck: a watchdog
-thread, which runs while the loop is held, samples the loop thread's stack once the loop has been silent
-past the threshold. The middleware (`InFlightMiddleware`) keeps the in-flight table: a dict insert and
+thread, which runs while the loop is held, samples the loop thread's stack and the requests in flight
+once the loop has been silent past the threshold (the request that stalled it may end before the loop
+next wakes the monitor). The middleware (`InFlightMiddleware`) keeps the in-flight table: a dict insert and
 delete per request.
 """
 
@@ -55,6 +56,7 @@ class LoopLagMonitor(Collector):
         self._ids = itertools.count()
         self._beat = time.monotonic()
         self._blocked_in: str | None = None
+        self._blocked_requests: list[tuple[str, float]] = []
         self._loop_thread: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = threading.Event()
@@ -136,9 +138,10 @@ class LoopLagMonitor(Collector):
 
     def _warn(self, lag: float, now: float) -> None:
         stalled_since = now - lag
-        culprits = sorted(
-            (started, what) for what, started in self._in_flight.values() if started <= stalled_since
-        )
+        # Those the watchdog saw during the stall (the request that stalled may have ended since), else
+        # those in flight now that began before it.
+        seen = self._blocked_requests or list(self._in_flight.values())
+        culprits = sorted((started, what) for what, started in seen if started <= stalled_since)
         shown = ", ".join(
             f"{what} ({(now - started) * 1000:.0f} ms)" for started, what in culprits[:_SHOWN_REQUESTS]
         )
@@ -149,7 +152,7 @@ class LoopLagMonitor(Collector):
             shown or "none",
             self._blocked_in or "unknown (not sampled)",
         )
-        self._blocked_in = None
+        self._blocked_in, self._blocked_requests = None, []
 
     def _watch(self) -> None:
         """Sample the loop thread's stack once per stall longer than the threshold."""
@@ -162,6 +165,7 @@ class LoopLagMonitor(Collector):
             if frame is not None:
                 sampled_beat = beat
                 self._blocked_in = _where(frame)
+                self._blocked_requests = list(self._in_flight.values())
 
 
 def _where(frame: object) -> str:
