@@ -140,8 +140,10 @@ class LoopLagMonitor(Collector):
         stalled_since = now - lag
         # Those the watchdog saw during the stall (the request that stalled may have ended since), else
         # those in flight now that began before it.
-        seen = self._blocked_requests or list(self._in_flight.values())
-        culprits = sorted((started, what) for what, started in seen if started <= stalled_since)
+        seen = self._blocked_requests or [
+            (what, started) for what, started in self._in_flight.values() if started <= stalled_since
+        ]
+        culprits = sorted((started, what) for what, started in seen)
         shown = ", ".join(
             f"{what} ({(now - started) * 1000:.0f} ms)" for started, what in culprits[:_SHOWN_REQUESTS]
         )
