@@ -34,21 +34,13 @@ from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 
 pytest.importorskip("reasoning_gym")
 
-# The most CPU one loop callback may spend. A request's own bookkeeping on the loop (parsing a 2 MiB
-# body with pydantic-core, routing, the response's headers) stays far below it.
-CPU_BUDGET_S = 0.1
-# Known residue, bounded higher until fixed (docs/reliability.md): responses of many megabytes (a 500-row
-# page of 8 MiB transcripts, a session with 2 MiB of metadata, the 1.5 MB Swagger bundle) still pass
-# through the ASGI layers and are encoded or copied on the loop, in this in-process test the client's
-# reading included.
-RESIDUE_BUDGET_S = {
-    "GET /v1/rollouts": 0.6,
-    "GET /v1/sessions/{session_id}": 0.3,
-    "MOUNT /static-offline-docs": 0.3,
-    # Seen at 0.11 and 0.17 s in one run of three, not yet diagnosed (the sandbox probe behind /readyz?).
-    "GET /v1/environments/{env:path}": 0.3,
-    "GET /readyz": 0.3,
-}
+# The most loop-thread CPU between two of the probe's wake-ups. Generous: the stretch holds several
+# callbacks and, in this in-process test, the client's own work (building a 2 MiB body, reading a response);
+# routes that do their work on the loop measure in seconds (8 MiB page, 1,000 generated tasks).
+CPU_BUDGET_S = 0.25
+# Known residue, bounded higher until fixed (docs/reliability.md): a 500-row page of 8 MiB transcripts
+# still passes through the ASGI layers and is copied on the loop, in this test the client's reading too.
+RESIDUE_BUDGET_S = {"GET /v1/rollouts": 0.6}
 MAX_BODY = 2 * 1024 * 1024
 TRANSCRIPT_BYTES = 8 * 1024 * 1024
 RG = "reasoning_gym/advanced_geometry"
@@ -311,7 +303,6 @@ CASES: dict[tuple[str, str], Case] = {
     ("DELETE", "/v1/sessions/{session_id}"): _close_session,
     ("POST", "/v1/verify"): _verify,
     ("POST", "/v1/verify/batch"): _verify_batch,
-    ("POST", "/v1/rollouts"): _start_run,
     ("GET", "/v1/rollouts/runs/{run_id}"): _run_board,
     ("GET", "/v1/rollouts"): _gets("/v1/rollouts", limit=500),
     ("GET", "/v1/rollouts/{rollout_id}"): _gets(f"/v1/rollouts/{BIG}"),
@@ -333,6 +324,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/ui/compare"): _gets("/ui/compare", a="loop-guard", b="loop-guard"),
     ("GET", "/ui/live"): _gets("/ui/live"),
     ("MOUNT", "/ui/static"): _gets("/ui/static/app.css"),
+    # Last: the run it starts plays 1,000 episodes against a dead policy in the background.
+    ("POST", "/v1/rollouts"): _start_run,
 }
 
 
