@@ -5,12 +5,16 @@ Nothing here handles a request; it only assembles the parts. Tests call `create_
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute
 
 from gym_server import __version__, judging
 from gym_server.api.errors import install_error_handlers
@@ -27,6 +31,7 @@ from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.auth.ui_sessions import UiSessions
 from gym_server.errors import SandboxUnavailable
+from gym_server.looplag import InFlightMiddleware, LoopLagMonitor
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.protocols import nemo_gym as nemo_gym_facade
 from gym_server.protocols import openenv as openenv_facade
@@ -59,9 +64,13 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
         quotas=TenantQuotas(settings.auth.quotas, settings.sessions.retry_after_s),
     )
 
+    loop_lag = LoopLagMonitor(warn_s=settings.limits.loop_lag_warn_ms / 1000)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            loop_lag.start()  # first: start-up's own stalls are measured too
+            stack.push_async_callback(loop_lag.stop)
             # First, so that a sandbox misconfiguration stops the server before it touches the database.
             try:
                 await sandbox_runtime.start(settings)
@@ -90,12 +99,15 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                     settings.server_name,
                 )
             manager = SessionManager(app.state.registry, store, settings, quotas=gate.quotas)
+            manager.metrics.registry.register(loop_lag)
             reaper = Reaper(manager, settings.sessions.reap_interval_s)
             runs = RolloutRunBoard(
                 settings.rollout_runs, settings.sessions.retry_after_s, settings.sessions.max_sessions
             )
             app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
             reaper.start()
+            _build_routes(app.routes)
+            await _warm_catalog(app.state.registry, settings, stack)
             try:
                 # MCP sessions end (their tasks cancelled) before the manager records live sessions lost.
                 async with mcp_facade.serving(app, manager, settings):
@@ -119,6 +131,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     )
     app.state.settings = settings
     app.state.auth_gate = gate
+    app.state.loop_lag = loop_lag
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
     nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}, inside every check below
@@ -130,6 +143,8 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     # A body that is not JSON is never read, but the /ui login and logout forms' (guarded by the gate).
     app.add_middleware(JsonBodyMiddleware, form_paths=frozenset({UI_LOGIN, UI_LOGOUT}))
     app.add_middleware(AuthMiddleware, gate=gate)  # nothing inside runs for a request it refuses
+    # A stall of the loop names every request in flight, refused ones included.
+    app.add_middleware(InFlightMiddleware, monitor=loop_lag)
     # outermost: a request for a host this server is not (DNS rebinding), or a cross-origin state change
     app.add_middleware(HostGuardMiddleware, policy=HostPolicy.from_settings(settings))
     for module in (environments, sessions, verify, rollout_runs, rollouts, health, ui_login):
@@ -138,3 +153,43 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static
     # The middleware above runs in front of FastAPI's own layers, which cost more than a fast path's step.
     return move_middleware_in_front(app)
+
+
+async def _warm_catalog(registry: Registry, settings: Settings, stack: AsyncExitStack) -> None:
+    """Do each environment's first-use work ahead of time, in a thread (never on the event loop), then
+    freeze what start-up made.
+
+    First use imports packages and builds datasets: seconds of CPU for reasoning-gym, some of it in C code
+    that holds the GIL (a few hundred ms at a time). `background` (the default) lets the server listen
+    at once and keeps those stalls to its first seconds; `before_serving` does it all before the server
+    listens, so no request ever meets them, at the cost of a slower start. `gc.freeze()` afterwards moves
+    the objects start-up made (modules, schemas, datasets: millions once reasoning-gym is imported) out of
+    the collector's reach: a full collection scanning them paused every thread, the loop's too, for up
+    to a second.
+    """
+    if settings.catalog_warmup == "before_serving":
+        await asyncio.to_thread(_warm_and_freeze, registry, None)
+    elif settings.catalog_warmup == "background":
+        # A daemon thread, not the loop's executor: stopping the server must not wait for it.
+        stop = threading.Event()
+        threading.Thread(
+            target=_warm_and_freeze, args=(registry, stop), name="catalog-warmup", daemon=True
+        ).start()
+        stack.callback(stop.set)
+    else:
+        gc.freeze()
+
+
+def _warm_and_freeze(registry: Registry, stop: threading.Event | None) -> None:
+    registry.warm(stop)
+    gc.freeze()
+
+
+def _build_routes(routes: list[BaseRoute]) -> None:
+    """Build now what FastAPI builds at an included router's first request (each route's schemas and
+    dependencies: a few hundred ms of CPU), before the server listens rather than on the loop then."""
+    for route in routes:
+        contexts = getattr(route, "effective_route_contexts", None)  # fastapi's _IncludedRouter
+        if callable(contexts):
+            for _ in contexts():
+                pass

@@ -243,7 +243,8 @@ class Rescorer:
             raise CannotRescore(
                 record.id, f"environment {record.env!r} is not installed any more", env=record.env
             ) from exc
-        task = self._task_of(entry, record)
+        # In a thread: a generated dataset makes the task now (CPU work, first use of a level builds it).
+        task = await asyncio.to_thread(self._task_of, entry, record)
         if task is None:
             raise CannotRescore(
                 record.id,

@@ -86,6 +86,9 @@ class LimitSettings(BaseModel):
     )
     tool_timeout_s: float = Field(30.0, gt=0, description="wall-clock limit on one tool call")
     verify_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit on one verification")
+    loop_lag_warn_ms: float = Field(
+        100.0, gt=0, description="event-loop lag above which a WARNING names the request and code holding it"
+    )
 
 
 class HttpSettings(BaseModel):
@@ -324,6 +327,11 @@ class Settings(BaseSettings):
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     database_url: str = Field("", validation_alias=AliasChoices("GYM_DATABASE_URL", "database_url"))
+    catalog_warmup: Literal["background", "before_serving", "off"] = Field(
+        "background",
+        description="when each environment's first-use work (imports, datasets, versions) is done: in a "
+        "thread once the server listens, in a thread before it listens, or at first use (in a thread)",
+    )
     sessions: SessionSettings = SessionSettings()
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()

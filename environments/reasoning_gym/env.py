@@ -49,6 +49,7 @@ environments answers with the pip command that installs it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import importlib.util
@@ -152,7 +153,13 @@ def split_seed(generator: str, split: str, level: int) -> int:
 
 
 def _rg() -> Any:
-    """reasoning-gym's factory module, imported on first use (it takes about a second)."""
+    """reasoning-gym's factory module, imported on first use (it takes about a second).
+
+    The package first: it registers every generator and curriculum as it imports. While another thread
+    (the start-up warm-up) is still importing it, asking for the package waits for that import to end,
+    whereas `reasoning_gym.factory` alone is already loaded and would show half-filled registries.
+    """
+    importlib.import_module("reasoning_gym")
     return importlib.import_module("reasoning_gym.factory")
 
 
@@ -406,7 +413,9 @@ class ReasoningGymEnv(Environment):
         limit = max(MAX_ANSWER_CHARS, 4 * len(str(_reference(self.task))))
         if len(answer) > limit:
             return _result(0.0, components, info, f"answer longer than {limit} characters; refused unscored")
-        return self._score(answer, components, info)
+        # In a thread: reasoning-gym's scorers are third-party code of any cost (sympy parsing, puzzle
+        # solvers), and the first score of a level builds its generator.
+        return await asyncio.to_thread(self._score, answer, components, info)
 
     def _score(self, answer: str, components: dict[str, float], info: dict[str, Any]) -> VerifyResult:
         dataset = self.rg_dataset()

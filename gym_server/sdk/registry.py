@@ -13,6 +13,8 @@ import inspect
 import logging
 import random
 import re
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -78,6 +80,18 @@ class EnvironmentEntry:
     @cached_property
     def verifier_version(self) -> str:
         return self.cls.resolved_verifier_version()
+
+    def warm(self) -> None:
+        """Do now the slow work of first use: the version hashes, the dataset's index, and one task of each
+        split (which imports a generator family's package and builds its generators, seconds in all).
+
+        Blocking and CPU-heavy: the server runs it in a thread (`GYM_CATALOG_WARMUP`), never on the
+        event loop.
+        """
+        _ = self.version, self.verifier_version, self.cls.catalog_tools()
+        for split, size in self.dataset.split_sizes().items():
+            if size:
+                self.dataset.task_at(split, 0)
 
     def task(self, task_id: str) -> Task:
         task = self.dataset.get(task_id)
@@ -146,6 +160,19 @@ class Registry:
                 f"two environments are named {cls.name!r}: {existing.cls.__module__} and {cls.__module__}"
             )
         self._entries[cls.name] = EnvironmentEntry(cls)
+
+    def warm(self, stop: threading.Event | None = None) -> None:
+        """`EnvironmentEntry.warm` for every environment, until `stop` is set; one that fails is logged
+        (its requests will say why) and the others still warm."""
+        started = time.monotonic()
+        for entry in self:
+            if stop is not None and stop.is_set():
+                return
+            try:
+                entry.warm()
+            except Exception as exc:
+                log.error("environment %r failed to warm up: %s: %s", entry.name, type(exc).__name__, exc)
+        log.info("%d environments warmed up in %.1f s", len(self), time.monotonic() - started)
 
     def get(self, name: str) -> EnvironmentEntry:
         entry = self._entries.get(name)

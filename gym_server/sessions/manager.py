@@ -193,17 +193,21 @@ class SessionManager:
         if ttl_s is not None and ttl_s > limits.max_ttl_s:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
         entry = self.registry.get(env)
-        chosen, seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
-        check_episode(run=run, task_id=chosen.id, policy=policy)
-        metadata = dict(metadata or {})
-        metadata.pop(INLINE_TASK_KEY, None)
-        if task is not None and entry.dataset.get(chosen.id) != chosen:
-            metadata[INLINE_TASK_KEY] = chosen.model_dump(mode="json")
         tenant = current_tenant.get() or DEFAULT_TENANT
         if self.quotas is not None:
             self.quotas.reserve_session(tenant)
         self._creating += 1
         try:
+            # In a thread: a generated dataset makes the task now (reasoning-gym's generators are CPU work,
+            # and a level not yet used builds its generator), which the shared event loop must not run.
+            chosen, seed, inline = await asyncio.to_thread(
+                _choose_and_compare, entry, task_id=task_id, task=task, split=split, seed=seed
+            )
+            check_episode(run=run, task_id=chosen.id, policy=policy)
+            metadata = dict(metadata or {})
+            metadata.pop(INLINE_TASK_KEY, None)
+            if inline:
+                metadata[INLINE_TASK_KEY] = chosen.model_dump(mode="json")
             instance = await self._start_env(entry, chosen, seed)
         except BaseException:
             if self.quotas is not None:
@@ -559,6 +563,23 @@ class SessionManager:
             created_at=session.created_at,
             finished_at=utcnow() if finished else None,
         )
+
+
+def _choose_and_compare(
+    entry: EnvironmentEntry,
+    *,
+    task_id: str | None,
+    task: Task | dict[str, Any] | None,
+    split: str | None,
+    seed: int | None,
+) -> tuple[Task, int | None, bool]:
+    """`choose_task`, and whether the chosen task is inline (not its dataset's task of that id).
+
+    Both may generate tasks (CPU work), so the manager runs this in a thread.
+    """
+    chosen, chosen_seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
+    inline = task is not None and entry.dataset.get(chosen.id) != chosen
+    return chosen, chosen_seed, inline
 
 
 def choose_task(

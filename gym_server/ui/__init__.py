@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from gym_server.ui.routes import router
+from gym_server.ui.routes import router, templates
 
 __all__ = ["mount"]
 
@@ -21,4 +21,7 @@ STATIC_DIR = Path(__file__).parent / "static"
 def mount(app: FastAPI) -> None:
     """Serve the inspector's pages under `/ui` and its assets under `/ui/static`."""
     app.include_router(router)
+    # Compiled now (once a process, Jinja caches them), not at each page's first request on the loop.
+    for name in templates.env.list_templates():
+        templates.env.get_template(name)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")

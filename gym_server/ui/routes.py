@@ -7,6 +7,7 @@ from the page's `TrajectoryFilter` (`UiFilterDep`), and templates do the rest. E
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
@@ -28,7 +29,15 @@ from gym_server.store.records import TrajectoryStatus
 from gym_server.store.repository import list_rescores
 from gym_server.ui.compare import compare_tasks
 from gym_server.ui.filters import UiFilterDep
-from gym_server.ui.transcript import highlight_css, render_messages, score_changes, turn_tokens
+from gym_server.ui.transcript import (
+    HIGHLIGHT_BLOCK_CHARS,
+    HIGHLIGHT_PAGE_CHARS,
+    HighlightBudget,
+    highlight_css,
+    render_messages,
+    score_changes,
+    turn_tokens,
+)
 
 __all__ = ["router"]
 
@@ -146,14 +155,23 @@ async def trajectory_page(
     if record is None:
         raise RolloutNotFound(trajectory_id)
     rescores = await store.read(partial(list_rescores, trajectory_id=trajectory_id))
-    return _page(
-        request,
-        "trajectory.html",
-        record=record,
-        messages=render_messages(record.messages),
-        tokens=turn_tokens(record.turns),
-        changes=score_changes(rescores),
-    )
+
+    def render() -> Response:
+        budget = HighlightBudget()
+        messages = render_messages(record.messages, budget)
+        return _page(
+            request,
+            "trajectory.html",
+            record=record,
+            messages=messages,
+            plain_blocks=budget.plain,
+            highlight_limits=(HIGHLIGHT_BLOCK_CHARS, HIGHLIGHT_PAGE_CHARS),
+            tokens=turn_tokens(record.turns),
+            changes=score_changes(rescores),
+        )
+
+    # Off the loop: a transcript may hold 8 MiB (escaping, folding, the capped highlighting, the template).
+    return await asyncio.to_thread(render)
 
 
 @router.get("/compare")

@@ -3,6 +3,11 @@
 Highlighting happens here, server-side with Pygments, so the page needs no highlighting script and a
 transcript renders the same in the browser, in a test and in a saved page. Everything a model or a tool
 wrote is escaped before it reaches the page (Pygments escapes what it highlights; `escape` the rest).
+
+Pygments costs 5 to 16 µs a character and a transcript may hold 8 MiB, so highlighting is capped
+(`HighlightBudget`): a block over `HIGHLIGHT_BLOCK_CHARS`, or past the page's `HIGHLIGHT_PAGE_CHARS`, is
+shown as plain escaped text, and the page says how many were. The page is rendered in a worker thread
+(gym_server/ui/routes.py): the caps bound how long that thread holds the GIL in all.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from pygments.util import ClassNotFound
 __all__ = [
     "FOLD_CHARS",
     "FOLD_LINES",
+    "HIGHLIGHT_BLOCK_CHARS",
+    "HIGHLIGHT_PAGE_CHARS",
+    "HighlightBudget",
     "RenderedMessage",
     "ScoreChange",
     "TurnTokens",
@@ -36,6 +44,11 @@ __all__ = [
 # transcript.
 FOLD_LINES = 25
 FOLD_CHARS = 3_000
+
+# The most characters one code block, and one page in all, get highlighted (about 0.1-0.3 s and 0.5-1.6 s of
+# CPU): beyond them code is shown plain. Escaping and folding cost little at any size.
+HIGHLIGHT_BLOCK_CHARS = 20_000
+HIGHLIGHT_PAGE_CHARS = 100_000
 
 _FENCE = re.compile(r"```([\w+-]*)\n(.*?)```", re.DOTALL)
 _CODE_KEYS = ("code", "program", "source", "script", "solution", "completion")
@@ -55,17 +68,36 @@ def _lexer(language: str) -> Lexer:
         return TextLexer()
 
 
-def _highlight(code: str, lexer: Lexer) -> Markup:
-    return Markup(pygments_highlight(code, lexer, _FORMATTER))
+class HighlightBudget:
+    """What one page may still highlight; `plain` counts the blocks shown unhighlighted instead."""
+
+    def __init__(
+        self, page_chars: int = HIGHLIGHT_PAGE_CHARS, block_chars: int = HIGHLIGHT_BLOCK_CHARS
+    ) -> None:
+        self.left = page_chars
+        self.block_chars = block_chars
+        self.plain = 0
+
+    def __repr__(self) -> str:
+        return f"HighlightBudget(left={self.left}, block_chars={self.block_chars}, plain={self.plain})"
+
+    def highlight(self, code: str, lexer: Lexer) -> Markup:
+        """The code highlighted, or escaped in a plain block when over a cap."""
+        if len(code) > self.block_chars or len(code) > self.left:
+            self.plain += 1
+            return Markup('<div class="hl plain"><pre>{}</pre></div>').format(code)
+        self.left -= len(code)
+        return Markup(pygments_highlight(code, lexer, _FORMATTER))
 
 
-def render_text(text: str) -> Markup:
+def render_text(text: str, budget: HighlightBudget | None = None) -> Markup:
     """Plain text escaped, fenced code blocks highlighted by their language (Python when unnamed)."""
+    budget = budget or HighlightBudget()
     parts: list[Markup] = []
     position = 0
     for fence in _FENCE.finditer(text):
         parts.append(Markup('<div class="text">{}</div>').format(text[position : fence.start()]))
-        parts.append(_highlight(fence.group(2), _lexer(fence.group(1))))
+        parts.append(budget.highlight(fence.group(2), _lexer(fence.group(1))))
         position = fence.end()
     parts.append(Markup('<div class="text">{}</div>').format(text[position:]))
     return Markup("").join(part for part in parts if part != Markup('<div class="text"></div>'))
@@ -108,7 +140,7 @@ class RenderedMessage:
     calls: list[RenderedCall] = field(default_factory=list)
 
 
-def _render_call(call: dict[str, Any], position: int) -> RenderedCall:
+def _render_call(call: dict[str, Any], position: int, budget: HighlightBudget) -> RenderedCall:
     function = call.get("function") or {}
     raw = function.get("arguments", "")
     text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
@@ -118,33 +150,40 @@ def _render_call(call: dict[str, Any], position: int) -> RenderedCall:
     except json.JSONDecodeError:
         # The model wrote arguments that are not JSON: show them as it wrote them.
         return RenderedCall(
-            str(call.get("id", position)), str(function.get("name", "?")), _highlight(text, TextLexer())
+            str(call.get("id", position)), str(function.get("name", "?")), budget.highlight(text, TextLexer())
         )
     if isinstance(parsed, dict):
         for key, value in parsed.items():
             if isinstance(value, str) and ("\n" in value or key in _CODE_KEYS):
-                code.append((key, _highlight(value, PythonLexer())))
+                code.append((key, budget.highlight(value, PythonLexer())))
     pretty = json.dumps(parsed, ensure_ascii=False, indent=2)
     return RenderedCall(
-        str(call.get("id", position)), str(function.get("name", "?")), _highlight(pretty, JsonLexer()), code
+        str(call.get("id", position)),
+        str(function.get("name", "?")),
+        budget.highlight(pretty, JsonLexer()),
+        code,
     )
 
 
-def render_messages(messages: list[dict[str, Any]]) -> list[RenderedMessage]:
-    """Every message of a transcript, tool results folded when long."""
+def render_messages(
+    messages: list[dict[str, Any]], budget: HighlightBudget | None = None
+) -> list[RenderedMessage]:
+    """Every message of a transcript, tool results folded when long, highlighting within `budget`."""
+    budget = budget or HighlightBudget()
     rendered = []
     for index, message in enumerate(messages):
         text = _content_text(message.get("content"))
         lines = text.count("\n") + 1 if text else 0
         role = str(message.get("role", "?"))
         calls = [
-            _render_call(call, position) for position, call in enumerate(message.get("tool_calls") or [])
+            _render_call(call, position, budget)
+            for position, call in enumerate(message.get("tool_calls") or [])
         ]
         rendered.append(
             RenderedMessage(
                 index=index,
                 role=role,
-                body=render_text(text),
+                body=render_text(text, budget),
                 chars=len(text),
                 lines=lines,
                 folded=lines > FOLD_LINES or len(text) > FOLD_CHARS,

@@ -1,14 +1,22 @@
-"""The catalog: environments, their versions and tools, and their tasks without answers."""
+"""The catalog: environments, their versions and tools, and their tasks without answers.
+
+Every handler works in a thread: an environment's first use (version hashes, dataset files, a generator
+family's imports) is blocking work. The server warms each environment before it listens
+(`Registry.warm`), so the threads are quick; they keep the event loop free when something is not warm.
+A page of tasks is built task by task (`Dataset.task_at`), so a generated dataset makes only that page.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from gym_server.api.deps import RegistryDep
 from gym_server.api.schemas import DatasetInfo, EnvironmentInfo, EnvironmentList, TaskPage
-from gym_server.sdk.registry import EnvironmentEntry
+from gym_server.sdk.registry import EnvironmentEntry, Registry
+from gym_server.sdk.tasks import Dataset
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
 
@@ -27,9 +35,32 @@ def describe(entry: EnvironmentEntry) -> EnvironmentInfo:
     )
 
 
+def _describe_all(registry: Registry) -> EnvironmentList:
+    return EnvironmentList(environments=[describe(entry) for entry in registry])
+
+
+def task_page(
+    dataset: Dataset, split: str | None, offset: int, limit: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(tasks in `split`, or in every split in order when None; the public form of tasks offset..+limit)."""
+    sizes = dataset.split_sizes()
+    names = list(sizes) if split is None else [split]
+    total = sum(sizes.get(name, 0) for name in names)
+    page: list[dict[str, Any]] = []
+    skip = offset
+    for name in names:
+        size = sizes.get(name, 0)
+        start, stop = skip, min(size, skip + limit - len(page))
+        page.extend(dataset.task_at(name, index).public() for index in range(start, stop))
+        skip = max(0, skip - size)
+        if len(page) >= limit:
+            break
+    return total, page
+
+
 @router.get("", response_model=EnvironmentList, summary="List environments")
 async def list_environments(registry: RegistryDep) -> EnvironmentList:
-    return EnvironmentList(environments=[describe(entry) for entry in registry])
+    return await asyncio.to_thread(_describe_all, registry)
 
 
 # Registered before the bare `{env:path}` route: family names such as `reasoning_gym/leg_counting` hold a '/'.
@@ -41,11 +72,11 @@ async def list_tasks(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> TaskPage:
-    tasks = registry.get(env).dataset.tasks(split)
-    page = [task.public() for task in tasks[offset : offset + limit]]
-    return TaskPage(env=env, split=split, offset=offset, limit=limit, total=len(tasks), tasks=page)
+    dataset = registry.get(env).dataset
+    total, page = await asyncio.to_thread(task_page, dataset, split, offset, limit)
+    return TaskPage(env=env, split=split, offset=offset, limit=limit, total=total, tasks=page)
 
 
 @router.get("/{env:path}", response_model=EnvironmentInfo, summary="Describe one environment")
 async def get_environment(env: str, registry: RegistryDep) -> EnvironmentInfo:
-    return describe(registry.get(env))
+    return await asyncio.to_thread(describe, registry.get(env))

@@ -1,12 +1,15 @@
 """Stored trajectories: every finished, expired, failed or lost episode, filterable by run, env and task,
-and re-scored on demand with the environment's current verifier."""
+and re-scored on demand with the environment's current verifier.
+
+Stored trajectories are serialized in a worker thread: a transcript may hold 8 MiB, a page 500 of them."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from gym_server.api.deps import RegistryDep, SettingsDep, StoreDep, TenantDep
@@ -30,10 +33,11 @@ async def list_rollouts(
     status: TrajectoryStatus | None = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> RolloutPage:
+) -> Response:
     where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status, tenant=tenant)
     items, total = await store.page(where, offset=offset, limit=limit)
-    return RolloutPage(offset=offset, limit=limit, total=total, items=items)
+    head = f'{{"offset":{offset},"limit":{limit},"total":{total},"items":['.encode()
+    return Response(await asyncio.to_thread(_json_list, head, items, b"]}"), media_type="application/json")
 
 
 @router.get(
@@ -42,11 +46,17 @@ async def list_rollouts(
     summary="One stored trajectory",
     responses={404: {"description": "unknown rollout"}},
 )
-async def get_rollout(rollout_id: str, store: StoreDep, tenant: TenantDep) -> TrajectoryRecord:
+async def get_rollout(rollout_id: str, store: StoreDep, tenant: TenantDep) -> Response:
     record = await store.get(rollout_id, tenant=tenant)
     if record is None:
         raise RolloutNotFound(rollout_id)
-    return record
+    return Response(await asyncio.to_thread(record.model_dump_json), media_type="application/json")
+
+
+def _json_list(head: bytes, records: list[TrajectoryRecord], tail: bytes) -> bytes:
+    """`head`, the records as a JSON array's items, `tail`: in a worker thread, one record at a time, so
+    the GIL changes hands between records (a page may hold 500 transcripts of up to 8 MiB each)."""
+    return head + b",".join(record.model_dump_json().encode() for record in records) + tail
 
 
 class ScoreVersion(BaseModel):

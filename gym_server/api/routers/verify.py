@@ -25,7 +25,10 @@ _BATCH_CONCURRENCY = 16
 
 async def _score(request: VerifyRequest, registry: Registry, settings: Settings) -> VerifyResult:
     entry = registry.get(request.env)
-    task, _ = choose_task(entry, task_id=request.task_id, task=request.task, split=None, seed=request.seed)
+    # In a thread, as a session's create does: a generated task is made now, CPU work off the loop.
+    task, _ = await asyncio.to_thread(
+        choose_task, entry, task_id=request.task_id, task=request.task, split=None, seed=request.seed
+    )
     if request.completion is not None:
         turns: list[dict[str, Any]] = [{"role": "assistant", "content": request.completion}]
     else:
