@@ -244,9 +244,9 @@ async def _openenv_ws(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
         "path": "/v1/environments/counter/openenv/ws",
         "raw_path": b"/v1/environments/counter/openenv/ws",
         "query_string": b"",
-        "headers": [(b"host", b"gym.test")],
+        "headers": [(b"host", b"localhost")],
         "scheme": "ws",
-        "server": ("gym.test", 80),
+        "server": ("localhost", 80),
         "client": ("127.0.0.1", 5000),
         "subprotocols": [],
         "asgi": {"version": "3.0"},
@@ -254,6 +254,11 @@ async def _openenv_ws(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     }
     await asyncio.wait_for(app(scope, receive, send), 60)
     assert any(message["type"] == "websocket.accept" for message in sent), sent[:2]
+
+
+async def _openenv_mcp(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": _big_text()}}
+    await client.post(f"/v1/environments/{RG}/openenv/mcp", json=body)
 
 
 async def _mcp(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
@@ -295,6 +300,14 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/environments/{env:path}/openenv/step"): _openenv_step,
     ("GET", "/v1/environments/{env:path}/openenv/state"): _openenv_state,
     ("WS", "/v1/environments/{env:path}/openenv/ws"): _openenv_ws,
+    # What the OpenEnv facade says about itself (`openenv validate --url`), for a reasoning-gym family member.
+    ("GET", "/v1/environments/{env:path}/openenv/health"): _gets(f"/v1/environments/{RG}/openenv/health"),
+    ("GET", "/v1/environments/{env:path}/openenv/metadata"): _gets(f"/v1/environments/{RG}/openenv/metadata"),
+    ("GET", "/v1/environments/{env:path}/openenv/schema"): _gets(f"/v1/environments/{RG}/openenv/schema"),
+    ("GET", "/v1/environments/{env:path}/openenv/openapi.json"): _gets(
+        f"/v1/environments/{RG}/openenv/openapi.json"
+    ),
+    ("POST", "/v1/environments/{env:path}/openenv/mcp"): _openenv_mcp,
     ("GET", "/v1/environments"): _gets("/v1/environments"),
     # The first request for a reasoning-gym environment's tasks (45 s on the loop before), the largest page.
     ("GET", "/v1/environments/{env:path}/tasks"): _gets(f"/v1/environments/{RG}/tasks", limit=1000),
@@ -356,7 +369,7 @@ async def test_no_route_blocks_the_event_loop(guarded_app: FastAPI) -> None:
     app = guarded_app
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gym.test", timeout=300) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=300) as client:
             store = app.state.store
             store.record(
                 TrajectoryRecord(
