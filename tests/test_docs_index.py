@@ -1,5 +1,6 @@
 """The manual stays navigable: every page of docs/ is listed in docs/index.md, and every relative link in
-the README and docs/ leads to a file that exists and, when it names an anchor, to a heading that exists.
+the repository's Markdown (the README, docs/, the environments' and folders' READMEs) leads to a file that
+exists and, when it names an anchor, to a heading that exists.
 
 Links are read as GitHub renders them: inline `[text](target)` links and images outside code, anchors as
 GitHub's heading slugs (lowercased, punctuation other than `-` and `_` dropped, spaces as hyphens, a
@@ -8,6 +9,7 @@ repeated heading suffixed `-1`, `-2`, ...).
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -17,7 +19,27 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 INDEX = DOCS / "index.md"
-PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
+# Not the project's pages: build output, local state (venvs, artifacts) and hidden folders.
+SKIPPED = {"var", "build", "dist", "node_modules"}
+
+
+def skipped(folder: str) -> bool:
+    return folder in SKIPPED or folder.startswith(".") or folder.endswith(".egg-info")
+
+
+def markdown_pages() -> list[Path]:
+    """Every Markdown file of the repository, once (a folder reached through a symlink is not read twice)."""
+    pages: dict[Path, Path] = {}
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = sorted(d for d in subfolders if not skipped(d))
+        for name in sorted(files):
+            if name.endswith(".md"):
+                path = Path(folder) / name
+                pages.setdefault(path.resolve(), path)
+    return sorted(pages.values())
+
+
+PAGES = markdown_pages()
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
