@@ -71,11 +71,11 @@ lint:
 	mypy gym_server tests
 	MYPYPATH=benchmarks:benchmarks/peers mypy benchmarks
 
-## The example MCP servers of environments/mcp_tools, installed for the sandboxes' python3 into the tools
+## The example MCP servers of gym_server/environments/mcp_tools, installed for the sandboxes' python3 into the tools
 ## folder (never into the gym's venv); serve with GYM_SANDBOX__TOOLS_DIR=$(CURDIR)/$(TOOLS_DIR)
 mcp-tools:
 	$(PYTHON) -m pip --python $(SANDBOX_PYTHON) install -q --no-deps --upgrade \
-		--target $(TOOLS_DIR)/mcp-server-time -r environments/mcp_tools/time/requirements.txt
+		--target $(TOOLS_DIR)/mcp-server-time -r gym_server/environments/mcp_tools/time/requirements.txt
 
 ## Lint, type-check and run every test (needs the PostgreSQL on loopback; see .ci/ensure-services.sh)
 test: install-dev mcp-tools

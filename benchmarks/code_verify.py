@@ -294,7 +294,7 @@ def profile(backends: list[str], baseline: str | None, repeats: int) -> str:
     old = None
     if baseline:
         source = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{baseline}:verifiers/_code_harness.py"],
+            ["git", "-C", str(REPO), "show", f"{baseline}:gym_server/verifiers/_code_harness.py"],
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         old = (baseline, source)

@@ -22,11 +22,11 @@ import ray
 from rich.console import Console
 from rich.table import Table
 
+from gym_server.core.settings import SandboxSettings
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
 from gym_server.sandbox.ray_hosts import RayHostsBackend
 from gym_server.scale.sandbox_host import SandboxHosts
-from gym_server.settings import SandboxSettings
 
 COMMANDS = {"true": ["true"], "python3 -c pass": ["python3", "-c", "pass"]}
 

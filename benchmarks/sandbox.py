@@ -39,7 +39,7 @@ import docker
 from rich.console import Console
 from rich.table import Table
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox._host import orphan_reaper
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import LABEL_SERVER, DockerBackend

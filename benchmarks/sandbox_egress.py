@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import DockerBackend
-from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.protocol import Limits, SandboxBackend
 
 GET = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10).read()"

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from gym_server.app import create_app
 from gym_server.auth.keystore import create_key
-from gym_server.settings import Settings
+from gym_server.core.settings import Settings
 from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.models import rescores_table, trajectories_table
 from gym_server.store.records import DEFAULT_TENANT, TrajectoryRecord

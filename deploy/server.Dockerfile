@@ -38,10 +38,6 @@ print("\n".join(deps))' "${EXTRAS}" >/tmp/requirements.txt; \
 # 2. The project. gym_server/{environments,verifiers,trainer_adapters,datasets} are symlinks to the
 #    top-level folders, so those come along and the wheel holds real files.
 COPY README.md ./
-COPY datasets/ datasets/
-COPY environments/ environments/
-COPY verifiers/ verifiers/
-COPY trainer_adapters/ trainer_adapters/
 COPY gym_server/ gym_server/
 RUN set -eu; \
     /opt/venv/bin/pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir /wheels .; \

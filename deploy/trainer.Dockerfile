@@ -10,10 +10,6 @@ FROM ${TRAINER_BASE_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore PYTHONUNBUFFERED=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY datasets/ datasets/
-COPY environments/ environments/
-COPY verifiers/ verifiers/
-COPY trainer_adapters/ trainer_adapters/
 COPY gym_server/ gym_server/
 COPY examples/ examples/
 ARG EXTRAS=trl

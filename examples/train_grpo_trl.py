@@ -118,6 +118,7 @@ def main() -> None:
         if args.config != "cpu" or args.env != "counter":
             raise SystemExit("--model tiny runs the warmed-up counter recipe: --config cpu --env counter")
         from datasets import Dataset
+
         from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
 
         model, tokenizer, train, _held_out = tiny_counter_recipe(args.gym_url, seed=args.seed)

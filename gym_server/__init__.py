@@ -4,7 +4,7 @@ The names below are the SDK promised to environment authors; everything else is 
 """
 
 from gym_server import log_redaction
-from gym_server.errors import GymError
+from gym_server.core.errors import GymError
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import Registry

@@ -16,8 +16,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.routing import BaseRoute
 
-from gym_server import __version__, judging
-from gym_server.api.errors import install_error_handlers
+from gym_server import __version__
 from gym_server.api.front import move_middleware_in_front
 from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
 from gym_server.api.limits import BodyLimitMiddleware
@@ -30,19 +29,21 @@ from gym_server.auth.mode import auth_enabled, warn_if_exposed
 from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.auth.ui_sessions import UiSessions
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.problems import install_error_handlers
+from gym_server.core.settings import Settings, get_settings
 from gym_server.looplag import InFlightMiddleware, LoopLagMonitor
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.protocols import nemo_gym as nemo_gym_facade
 from gym_server.protocols import openenv as openenv_facade
-from gym_server.rollout_runs import RolloutRunBoard
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
 from gym_server.sessions.reaper import Reaper
-from gym_server.settings import Settings, get_settings
+from gym_server.sessions.rollout_runs import RolloutRunBoard
 from gym_server.store.writer import TrajectoryStore
 from gym_server.ui import mount as mount_inspector
+from gym_server.verifiers import judging
 
 __all__ = ["create_app"]
 

@@ -23,8 +23,8 @@ from fastapi import FastAPI
 from rich.console import Console, ConsoleDimensions
 
 from gym_server.app import create_app
+from gym_server.core.settings import Settings
 from gym_server.sdk.registry import Registry
-from gym_server.settings import Settings
 
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox import runtime
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import DockerBackend

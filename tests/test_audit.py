@@ -13,10 +13,17 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gym_server.audit import AuditError, AuditReport, build_audit, render_html, render_markdown, write_report
 from gym_server.cli import rescore
 from gym_server.environments.counter.env import CounterEnv
 from gym_server.environments.math.env import MathEnv
+from gym_server.scoring.audit import (
+    AuditError,
+    AuditReport,
+    build_audit,
+    render_html,
+    render_markdown,
+    write_report,
+)
 from gym_server.sdk.registry import Registry
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore

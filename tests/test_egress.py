@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gym_server.egress import DEFAULT_POLICY_URLS, refusal
-from gym_server.settings import Settings
+from gym_server.core.egress import DEFAULT_POLICY_URLS, refusal
+from gym_server.core.settings import Settings
 
 SETTING = "GYM_ROLLOUT_RUNS__POLICY_URLS"
 

@@ -17,13 +17,14 @@ from conftest import AppHarness, make_settings
 from gymtest import call, open_counter, solve_counter, wait_for_rollout
 from typer.testing import CliRunner
 
-from gym_server import VerifyResult, rescoring
+from gym_server import VerifyResult
 from gym_server.app import create_app
 from gym_server.cli import rescore
+from gym_server.core.settings import LimitSettings
 from gym_server.environments.counter.env import CounterEnv
-from gym_server.rescoring import CannotRescore, Rescorer
+from gym_server.scoring import rescoring
+from gym_server.scoring.rescoring import CannotRescore, Rescorer
 from gym_server.sdk.registry import Registry
-from gym_server.settings import LimitSettings
 from gym_server.store.records import TrajectoryRecord
 from gym_server.store.writer import TrajectoryStore
 

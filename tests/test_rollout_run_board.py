@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from gym_server.errors import AtCapacity
-from gym_server.rollout_runs import RolloutRun, RolloutRunBoard
-from gym_server.settings import RolloutRunSettings
+from gym_server.core.errors import AtCapacity
+from gym_server.core.settings import RolloutRunSettings
+from gym_server.sessions.rollout_runs import RolloutRun, RolloutRunBoard
 
 
 def board(max_running: int = 2, keep_finished: int = 3) -> RolloutRunBoard:

@@ -9,10 +9,10 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
-from gym_server.rollout_runs import RolloutRunBoard
+from gym_server.core.settings import Settings
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
-from gym_server.settings import Settings
+from gym_server.sessions.rollout_runs import RolloutRunBoard
 from gym_server.store.writer import TrajectoryStore
 
 __all__ = ["ManagerDep", "RegistryDep", "RunBoardDep", "SettingsDep", "StoreDep", "TenantDep"]

@@ -28,9 +28,9 @@ from typing import ClassVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_server.api.errors import gym_error_problem
-from gym_server.errors import GymError
-from gym_server.settings import Settings
+from gym_server.core.errors import GymError
+from gym_server.core.problems import gym_error_problem
+from gym_server.core.settings import Settings
 
 __all__ = ["CrossOriginRefused", "HostGuardMiddleware", "HostPolicy", "MisdirectedRequest"]
 

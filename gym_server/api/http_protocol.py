@@ -30,9 +30,9 @@ from typing import Any, ClassVar, Literal
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gym_server.api.errors import gym_error_problem
-from gym_server.errors import TooManyConnections
-from gym_server.settings import HttpSettings
+from gym_server.core.errors import TooManyConnections
+from gym_server.core.problems import gym_error_problem
+from gym_server.core.settings import HttpSettings
 
 __all__ = ["GuardedHttpProtocol", "guarded_protocol"]
 

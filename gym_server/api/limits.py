@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_server.api.asgi import replay_body
-from gym_server.api.errors import gym_error_problem
-from gym_server.errors import InvalidRequest, PayloadTooLarge
+from gym_server.core.asgi import replay_body
+from gym_server.core.errors import InvalidRequest, PayloadTooLarge
+from gym_server.core.problems import gym_error_problem
 
 __all__ = ["BodyLimitMiddleware"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_server.api.errors import gym_error_problem
-from gym_server.errors import UnsupportedMediaType
+from gym_server.core.errors import UnsupportedMediaType
+from gym_server.core.problems import gym_error_problem
 
 __all__ = ["JsonBodyMiddleware", "is_json_media_type"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gym_server.errors import GymError
+from gym_server.core.errors import GymError
 
 __all__ = ["Forbidden", "QuotaExceeded", "Unauthorized"]
 

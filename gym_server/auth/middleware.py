@@ -28,8 +28,6 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from gym_server.api.asgi import read_body, replay_body
-from gym_server.api.errors import gym_error_problem
 from gym_server.auth.context import current_tenant
 from gym_server.auth.errors import Forbidden, Unauthorized
 from gym_server.auth.keys import Principal, Scope
@@ -37,7 +35,9 @@ from gym_server.auth.keytable import KeyTable
 from gym_server.auth.policy import PUBLIC, UI_LOGIN, Requirement, is_ui, required_scope
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.auth.ui_sessions import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, UiSessions
-from gym_server.errors import GymError
+from gym_server.core.asgi import read_body, replay_body
+from gym_server.core.errors import GymError
+from gym_server.core.problems import gym_error_problem
 
 __all__ = ["AuthGate", "AuthMiddleware", "same_origin"]
 

@@ -11,7 +11,7 @@ import ipaddress
 import logging
 import socket
 
-from gym_server.settings import Settings
+from gym_server.core.settings import Settings
 
 __all__ = ["auth_enabled", "is_loopback", "warn_if_exposed"]
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from gym_server.auth.errors import QuotaExceeded
-from gym_server.settings import QuotaSettings
+from gym_server.core.settings import QuotaSettings
 
 __all__ = ["TenantQuotas"]
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
-from gym_server.settings import Settings
+from gym_server.core.settings import Settings
 from gym_server.store.migrate import (
     current_revision,
     describe_error,

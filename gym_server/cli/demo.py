@@ -53,7 +53,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gym_server.cli.rollouts import GymKeyOption
-from gym_server.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
+from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
 
 if TYPE_CHECKING:
     from gym_server.trainer_adapters.tracking import Tracker

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from gym_server.errors import GymError
+from gym_server.core.errors import GymError
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 
 app = typer.Typer(help="Browse the installed environments.", no_args_is_help=True)

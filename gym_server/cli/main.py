@@ -30,7 +30,7 @@ from gym_server.cli import (
     serve,
     verifiers,
 )
-from gym_server.extras import missing_extra
+from gym_server.core.extras import missing_extra
 
 app = typer.Typer(
     name="gym-server",

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gym_server.extras import needs_extras
+from gym_server.core.extras import needs_extras
 
 __all__ = ["app", "serve"]
 

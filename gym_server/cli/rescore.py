@@ -1,12 +1,12 @@
 """`gym-server reverify` and `gym-server audit`: look again at stored trajectories.
 
 `reverify` re-scores every stored trajectory of a run (and/or an environment) with the verifiers
-installed now (`gym_server.rescoring`), keeps each old score beside its new one, and prints what changed:
+installed now (`gym_server.scoring.rescoring`), keeps each old score beside its new one, and prints what changed:
 per environment, how many were re-scored, changed, went up or down, the mean change, and how many could
 not be re-scored (still live, environment or task gone) or came back without signal (a failure class).
 
 `audit` samples stored trajectories of one environment and writes a report to read what earned a high
-score (`gym_server.audit`).
+score (`gym_server.scoring.audit`).
 
 Both read the store's URL from `--database-url`, else from the server's settings, like `gym-server db`.
 """
@@ -24,10 +24,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gym_server.cli.db import DatabaseUrlOption, resolve_database_url
-from gym_server.errors import GymError
-from gym_server.rescoring import EnvSummary, RescoreOutcome, Rescorer, RescoreSummary
+from gym_server.core.errors import GymError
+from gym_server.core.settings import Settings
+from gym_server.scoring.rescoring import EnvSummary, RescoreOutcome, Rescorer, RescoreSummary
 from gym_server.sdk.registry import Registry
-from gym_server.settings import Settings
 from gym_server.store.migrate import mask_url
 from gym_server.store.writer import TrajectoryStore
 
@@ -148,7 +148,7 @@ def audit(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Sample stored trajectories of ENV and write a score-distribution and transcript report."""
-    from gym_server.audit import AuditError, build_audit, write_report
+    from gym_server.scoring.audit import AuditError, build_audit, write_report
 
     url = resolve_database_url(database_url)
     try:

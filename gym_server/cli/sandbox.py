@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gym_server.errors import SandboxUnavailable
-from gym_server.extras import needs_extras
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.extras import needs_extras
+from gym_server.core.settings import Settings
 from gym_server.sandbox.images import DEFAULT_MIRROR, DEFAULT_SUITE
-from gym_server.settings import Settings
 
 __all__ = ["app"]
 

@@ -29,10 +29,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from gym_server.auth.mode import auth_enabled
-from gym_server.extras import install_command
+from gym_server.core.extras import install_command
+from gym_server.core.settings import SandboxSettings, Settings
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.sandbox.admission import Budget
-from gym_server.settings import SandboxSettings, Settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -2,10 +2,10 @@
 
 Two kinds of fixture files are checked:
 
-- **verifier fixtures**, `verifiers/fixtures/<module>.jsonl`: each case calls a verifier of the library
+- **verifier fixtures**, `gym_server/verifiers/fixtures/<module>.jsonl`: each case calls a verifier of the library
   with its arguments (`gym_server.verifiers.golden`); one suite per file.
 - **environment fixtures**, `fixtures/golden.jsonl` beside each *registered* environment's module: the
-  built-ins (`environments/<name>/`) and plugins installed from other distributions alike (a scaffolded
+  built-ins (`gym_server/environments/<name>/`) and plugins installed from other distributions alike (a scaffolded
   `gym_env_<name>/fixtures/golden.jsonl`). Each case replays a transcript's assistant turns through a
   fresh environment (the engine `POST /v1/verify` uses, tool results recomputed) and compares the
   reward, and the components and failure when the case states them. One suite per file, named after its
@@ -40,11 +40,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gym_server.errors import GymError
+from gym_server.core.errors import GymError
+from gym_server.core.settings import LimitSettings
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.replay import verify_transcript
-from gym_server.settings import LimitSettings
 from gym_server.verifiers.golden import (
     FIXTURES_DIR,
     REQUIRED_KINDS,
@@ -103,7 +103,7 @@ def check_verifiers(directory: Path = FIXTURES_DIR) -> list[SuiteResult]:
     try:
         cases = load_golden(directory)
     except GoldenFixtureError as exc:
-        return [SuiteResult("verifiers/fixtures", "verifier", problems=[str(exc)])]
+        return [SuiteResult("gym_server/verifiers/fixtures", "verifier", problems=[str(exc)])]
     suites: dict[str, SuiteResult] = {}
     for row in check_golden(cases):
         suite = suites.setdefault(row.case.file, SuiteResult(row.case.file, "verifier"))

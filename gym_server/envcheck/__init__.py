@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from gym_server.core.settings import LimitSettings
 from gym_server.envcheck.checks import (
     CheckContext,
     determinism,
@@ -22,7 +23,6 @@ from gym_server.envcheck.checks import (
 )
 from gym_server.envcheck.report import CheckResult, EnvCheckReport
 from gym_server.sdk.registry import EnvironmentEntry, Registry
-from gym_server.settings import LimitSettings
 
 __all__ = ["CheckResult", "EnvCheckReport", "check_environment", "fixtures_check"]
 

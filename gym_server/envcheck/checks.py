@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gym_server.core.settings import LimitSettings
 from gym_server.envcheck.episodes import Episode, Policy, play, random_policy, scripted, with_env
 from gym_server.envcheck.report import CheckResult, Status
 from gym_server.sdk.environment import Environment
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
-from gym_server.settings import LimitSettings
 
 __all__ = [
     "CheckContext",

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 
 import orjson
 
+from gym_server.core.settings import LimitSettings
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import run_verifier, step_with_deadline
-from gym_server.settings import LimitSettings
 
 __all__ = ["Episode", "Policy", "play", "random_policy", "scripted", "with_env"]
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox._docker_exec import (
     ExecChannel,
     kill_all_argv,

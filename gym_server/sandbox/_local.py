@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox import _hostfs
 from gym_server.sandbox._host import orphan_reaper, start_time, unmount_below
 from gym_server.sandbox._local_sandbox import LocalSandbox

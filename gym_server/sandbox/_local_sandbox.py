@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox import _hostfs
 from gym_server.sandbox._host import orphan_reaper
 from gym_server.sandbox._process import run_capped

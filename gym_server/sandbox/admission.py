@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gym_server.errors import SandboxesBusy, SandboxUnavailable
+from gym_server.core.errors import SandboxesBusy, SandboxUnavailable
+from gym_server.core.settings import SandboxSettings
 from gym_server.sandbox.cgroups import own_limits
 from gym_server.sandbox.protocol import Limits
-from gym_server.settings import SandboxSettings
 
 __all__ = ["Admission", "Budget", "Ticket", "host_resources", "queueing"]
 

@@ -26,11 +26,11 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox._host import mount_tmpfs
 from gym_server.sandbox._local import LocalBackendBase, LocalSandbox
 from gym_server.sandbox.egress import mount as egress_mount
-from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sandbox.protocol import WORKDIR, Limits
 from gym_server.sandbox.toolbox import bwrap_options

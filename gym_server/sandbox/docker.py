@@ -29,11 +29,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox._docker_sandbox import DockerSandbox, engine_error
 from gym_server.sandbox._host import start_time
 from gym_server.sandbox.egress import mount as egress_mount
-from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sandbox.images import DEFAULT_IMAGE
 from gym_server.sandbox.protocol import (

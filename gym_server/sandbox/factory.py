@@ -17,10 +17,10 @@ import shutil
 from collections.abc import Awaitable
 from pathlib import Path
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.settings import SandboxSettings, Settings
 from gym_server.sandbox.protocol import SandboxBackend
 from gym_server.sandbox.toolbox import check_tools_dir
-from gym_server.settings import SandboxSettings, Settings
 
 __all__ = ["PROBE_TIMEOUT_S", "make_backend", "probe", "select_backend"]
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.core.egress_policy import EgressPolicy
 from gym_server.store.records import FailureClass
 
 __all__ = [

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gym_server.errors import SandboxUnavailable
-from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import Command, ExecResult, FileData, Limits, Sandbox, SpawnedProcess
 
 __all__ = ["RayHostsBackend"]

@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.settings import EgressSettings, Settings, get_settings
 from gym_server.sandbox.admission import Admission, Ticket
 from gym_server.sandbox.egress.declared import sandbox_policy
-from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.factory import probe, select_backend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
-from gym_server.settings import EgressSettings, Settings, get_settings
 
 __all__ = [
     "SandboxHealth",

@@ -13,8 +13,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from gym_server.core.egress_policy import EgressPolicy
 from gym_server.sandbox._local import LocalBackendBase, LocalSandbox
-from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.protocol import WORKDIR, Limits
 
 __all__ = ["UnsafeBackend"]

@@ -9,11 +9,11 @@ import ray
 import uvicorn
 
 from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
+from gym_server.core.settings import Settings
 from gym_server.scale.pool import ReplicaPool
 from gym_server.scale.router import EntryPoint
 from gym_server.scale.sandbox_host import SandboxHosts
 from gym_server.scale.settings import RayScaleSettings
-from gym_server.settings import Settings
 
 
 def replica_env(settings: Settings) -> dict[str, str]:

@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 from starlette.types import Message, Receive, Scope, Send
 
-from gym_server.api.errors import gym_error_problem
-from gym_server.errors import GymError, ReplicaUnavailable, SessionLost
+from gym_server.core.errors import GymError, ReplicaUnavailable, SessionLost
+from gym_server.core.problems import gym_error_problem
 from gym_server.scale.pool import NoReplica, Replica, ReplicaPool
 from gym_server.scale.upstream import UpstreamError
 

@@ -29,8 +29,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from gym_server.errors import SandboxUnavailable
-from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.settings import SandboxSettings
 from gym_server.sandbox.factory import select_backend
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import (
@@ -42,7 +43,6 @@ from gym_server.sandbox.protocol import (
     SandboxBackend,
     SpawnedProcess,
 )
-from gym_server.settings import SandboxSettings
 
 __all__ = ["SLOT_RESOURCE", "ReadOutcome", "SandboxHost", "SandboxHosts", "host_name"]
 

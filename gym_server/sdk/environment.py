@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym_server.errors import EnvironmentDefinitionError, InvalidRequest
-from gym_server.sandbox.egress.policy import parse_rule
+from gym_server.core.egress_policy import parse_rule
+from gym_server.core.errors import EnvironmentDefinitionError, InvalidRequest
 from gym_server.sdk.messages import tool_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError, field_errors
@@ -71,11 +71,11 @@ class Environment:
         ```
 
     Class attributes:
-        name: the catalog name, also the default dataset folder under `datasets/`.
+        name: the catalog name, also the default dataset folder under `gym_server/datasets/`.
         description: one line for the catalog.
         multi_turn: whether episodes take more than one assistant turn.
         max_turns: assistant turns before the episode ends with failure `max_turns` (None: server limit).
-        dataset_name: dataset folder under `datasets/` when it differs from `name`.
+        dataset_name: dataset folder under `gym_server/datasets/` when it differs from `name`.
         dataset_dir: a dataset folder anywhere (third-party packages keep data beside their code).
         system_prompt: an optional system message opening every episode.
         verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
@@ -89,7 +89,7 @@ class Environment:
             proxy (`session_sandbox(..., egress=self.egress)`); empty (the default): no network at all.
             A non-public address (loopback, private, link-local) must be listed as that exact address.
         judge_rubric: the criteria an LLM judge scores this environment's answers by when the operator
-            configured one (`GYM_JUDGE__URL`; `gym_server.judging.judge_response`); None: never judged.
+            configured one (`GYM_JUDGE__URL`; `gym_server.verifiers.judging.judge_response`); None: never judged.
     """
 
     name: ClassVar[str] = ""

@@ -21,8 +21,13 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from gym_server.errors import EnvironmentDefinitionError, EnvironmentNotFound, SplitNotFound, TaskNotFound
-from gym_server.extras import MissingExtra
+from gym_server.core.errors import (
+    EnvironmentDefinitionError,
+    EnvironmentNotFound,
+    SplitNotFound,
+    TaskNotFound,
+)
+from gym_server.core.extras import MissingExtra
 from gym_server.sdk.environment import Environment
 from gym_server.sdk.tasks import Dataset, Task
 
@@ -73,7 +78,7 @@ class EnvironmentEntry:
     @cached_property
     def version(self) -> str:
         source = Path(inspect.getfile(self.cls))
-        # An environment in its own folder (environments/<name>/env.py) is versioned by the whole folder.
+        # An environment in its own folder (gym_server/environments/<name>/env.py) is versioned by the whole folder.
         code = source.parent if source.name == "env.py" else source
         return content_hash([code, *self.dataset.files()])
 

@@ -1,6 +1,6 @@
 """Tasks and the JSONL datasets they live in.
 
-A dataset is a folder `datasets/<name>/` holding one `<split>.jsonl` file per split (`train`,
+A dataset is a folder `gym_server/datasets/<name>/` holding one `<split>.jsonl` file per split (`train`,
 `validation`, ...), one task object a line. A task's `answer` is what the verifier needs and the model
 must not see: it is never served by the catalog.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from gym_server.errors import EnvironmentDefinitionError
+from gym_server.core.errors import EnvironmentDefinitionError
 from gym_server.store.records import NAME_MAX_CHARS
 
 __all__ = [

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from gym_server import jsontext
 from gym_server.auth.context import current_tenant
 from gym_server.auth.quotas import TenantQuotas
-from gym_server.errors import (
+from gym_server.core import jsontext
+from gym_server.core.errors import (
     AtCapacity,
     GymError,
     InvalidRequest,
@@ -42,11 +42,11 @@ from gym_server.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from gym_server.core.settings import LimitSettings, Settings
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.metrics import SessionMetrics
-from gym_server.settings import LimitSettings, Settings
 from gym_server.store.records import (
     DEFAULT_TENANT,
     INLINE_TASK_KEY,

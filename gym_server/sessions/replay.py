@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 from typing import Any
 
-from gym_server.errors import AtCapacity
+from gym_server.core.errors import AtCapacity
+from gym_server.core.settings import LimitSettings
 from gym_server.sandbox.admission import queueing
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import run_verifier, step_with_deadline
-from gym_server.settings import LimitSettings
 from gym_server.store.records import FailureClass
 
 __all__ = ["verify_transcript"]

@@ -3,7 +3,7 @@
 Rows stream from the database in pages (`yield_per`, a server-side cursor on Postgres), so an export of
 millions of episodes holds one page in memory, never the table. Order is the API's: newest first.
 
-- **JSONL**: one `TrajectoryRecord` per line (`model_dump(mode="json")`, written by `gym_server.jsontext`
+- **JSONL**: one `TrajectoryRecord` per line (`model_dump(mode="json")`, written by `gym_server.core.jsontext`
   so any integer stays exact): timestamps in ISO 8601 with their UTC offset, NUL bytes escaped as
   `\\u0000`. `TrajectoryRecord.model_validate_json` reads a line back.
 - **Parquet**: one row per trajectory. Scalar fields are typed columns (strings, int64, float64, UTC
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.orm import Session
 
-from gym_server import jsontext
-from gym_server.extras import needs_extras
+from gym_server.core import jsontext
+from gym_server.core.extras import needs_extras
 from gym_server.store.migrate import json_dumps, make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter, row_to_record, select_trajectories

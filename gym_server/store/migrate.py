@@ -4,7 +4,7 @@ Every engine of the store comes from `make_engine`, so every connection gets the
 files get their parent folder created and WAL journaling with a busy timeout (concurrent readers beside
 the writer thread, and a locked file waits instead of failing at once); Postgres gets a connect timeout so a
 dead server fails a readiness probe quickly instead of hanging it. JSON columns go through
-`gym_server.jsontext`: orjson where it is exact, the standard library for integers beyond 64 bits, so a
+`gym_server.core.jsontext`: orjson where it is exact, the standard library for integers beyond 64 bits, so a
 value is stored as it was sent.
 
 `is_outage` and `describe_error` sort and print database errors the same way everywhere: the writer keeps
@@ -36,7 +36,7 @@ from sqlalchemy import URL, Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import DataError, DBAPIError, DisconnectionError, IntegrityError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from gym_server import jsontext
+from gym_server.core import jsontext
 
 __all__ = [
     "MIGRATIONS_DIR",

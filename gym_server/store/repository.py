@@ -21,7 +21,7 @@ from sqlalchemy import ColumnElement, Executable, Row, Select, func, select, upd
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gym_server.errors import RolloutNotFound
+from gym_server.core.errors import RolloutNotFound
 from gym_server.store.models import PolicyModel, Rescore, Trajectory, trajectories_table
 from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 

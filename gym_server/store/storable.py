@@ -1,6 +1,6 @@
 """What a trajectory row can keep beyond JSON itself, checked when an episode is created.
 
-The JSON of every body is checked where it is parsed (`gym_server.jsontext`); what is left are the
+The JSON of every body is checked where it is parsed (`gym_server.core.jsontext`); what is left are the
 limits of the row's plain columns and of the database's own reading of the policy, which hold for every
 way an episode starts (the sessions API, `POST /v1/rollouts`, the MCP, OpenEnv and NeMo Gym facades):
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gym_server.errors import InvalidRequest
+from gym_server.core.errors import InvalidRequest
 from gym_server.store.records import NAME_MAX_CHARS
 
 __all__ = ["check_episode", "name_problem"]

@@ -38,7 +38,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gym_server.errors import StoreRefused, StoreUnavailable
+from gym_server.core.errors import StoreRefused, StoreUnavailable
 from gym_server.store import repository
 from gym_server.store.migrate import (
     describe_error,

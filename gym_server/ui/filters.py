@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Query
 
 from gym_server.api.deps import TenantDep
-from gym_server.errors import InvalidRequest
+from gym_server.core.errors import InvalidRequest
 from gym_server.store.records import TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
 

@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
 from gym_server.api.deps import ManagerDep, RegistryDep, SettingsDep, StoreDep, TenantDep
-from gym_server.errors import InvalidRequest, RolloutNotFound
+from gym_server.core.errors import InvalidRequest, RolloutNotFound
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.store import inspector
 from gym_server.store.records import TrajectoryStatus

@@ -23,7 +23,7 @@ import pytest
 from conftest import AppHarness, ServerProcess, serving
 from gymtest import call
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox import runtime
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 

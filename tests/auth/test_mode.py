@@ -15,7 +15,7 @@ from authtest import KeyMaker, bearer
 from conftest import ServerProcess, free_port
 
 from gym_server.auth.mode import auth_enabled, is_loopback
-from gym_server.settings import Settings
+from gym_server.core.settings import Settings
 
 
 @pytest.mark.parametrize(

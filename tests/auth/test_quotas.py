@@ -14,7 +14,7 @@ from gymtest import assert_problem
 
 from gym_server.auth.errors import QuotaExceeded
 from gym_server.auth.quotas import TenantQuotas
-from gym_server.settings import QuotaSettings
+from gym_server.core.settings import QuotaSettings
 
 SESSION = {"env": "counter", "task_id": "counter-0000", "seed": 0}
 

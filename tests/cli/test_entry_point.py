@@ -23,7 +23,7 @@ import pytest
 from gymtest import PYPROJECT, console_script
 
 from gym_server.cli.main import quiet_third_party_deprecations
-from gym_server.extras import EXTRA_OF_MODULE
+from gym_server.core.extras import EXTRA_OF_MODULE
 
 BLOCKER = """\
 import sys

@@ -15,9 +15,9 @@ from gymtest import console_script
 
 from gym_server import Environment, HackProbe, VerifyResult, tool
 from gym_server.cli.verifiers import ENVIRONMENTS_DIR
+from gym_server.core.settings import get_settings
 from gym_server.envcheck import check_environment
 from gym_server.sdk.registry import Registry
-from gym_server.settings import get_settings
 
 REGISTRY = Registry.discover()
 # The families are many generated classes of one code: the reasoning-gym audit covers each generator,

@@ -93,7 +93,7 @@ def gym(
     server.stop()
 
 
-MANIFEST = REPO / "environments" / "mcp_tools" / "time" / "manifest.json"
+MANIFEST = REPO / "gym_server" / "environments" / "mcp_tools" / "time" / "manifest.json"
 
 
 def task(task_id: str) -> Any:

@@ -18,8 +18,8 @@ from gymtest import wait_for_rollout
 
 import gym_server.protocols.mcp as mcp_facade
 from gym_server.app import create_app
+from gym_server.core.settings import Settings
 from gym_server.protocols.mcp import mapping as mcp_mapping
-from gym_server.settings import Settings
 
 COUNTER = "/v1/environments/counter/mcp"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gym_server.errors import AtCapacity, InvalidRequest, SessionExpired, SessionFinished, TaskNotFound
+from gym_server.core.errors import AtCapacity, InvalidRequest, SessionExpired, SessionFinished, TaskNotFound
 from gym_server.protocols.mcp import mapping
 from gym_server.sdk.tools import ToolSpec
 
@@ -111,7 +111,7 @@ def test_episode_meta_sits_under_one_namespaced_key() -> None:
     }
 
 
-# -- the other direction: an MCP server's tools and results inside a gym episode (environments/mcp_tools)
+# -- the other direction: an MCP server's tools and results inside a gym episode (gym_server/environments/mcp_tools)
 
 
 def test_an_mcp_tool_becomes_an_openai_function_and_back() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gym_server.errors import InvalidRequest
+from gym_server.core.errors import InvalidRequest
 from gym_server.protocols.nemo_gym import wire
 from gym_server.sdk.environment import VerifyResult
 

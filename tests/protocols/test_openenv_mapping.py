@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from gym_server.errors import AtCapacity, EnvironmentNotFound, SessionExpired, SessionFinished, TaskNotFound
+from gym_server.core.errors import (
+    AtCapacity,
+    EnvironmentNotFound,
+    SessionExpired,
+    SessionFinished,
+    TaskNotFound,
+)
 from gym_server.protocols.openenv import mapping
 from gym_server.sessions.manager import StepResult
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from echoserver import EchoServer
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import DockerBackend
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from gymtest import apoll
 
-from gym_server.errors import SandboxesBusy, SandboxUnavailable
+from gym_server.core.errors import SandboxesBusy, SandboxUnavailable
+from gym_server.core.settings import SandboxSettings
 from gym_server.sandbox.admission import Admission, Budget, host_resources, queueing
 from gym_server.sandbox.protocol import Limits
-from gym_server.settings import SandboxSettings
 
 SMALL, LARGE = Limits(memory_mb=100), Limits(memory_mb=300)
 

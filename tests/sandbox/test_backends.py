@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
 
 

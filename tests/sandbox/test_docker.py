@@ -13,7 +13,7 @@ from typing import Any
 import docker
 import pytest
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox._host import start_time
 from gym_server.sandbox.docker import (
     LABEL_HOST,

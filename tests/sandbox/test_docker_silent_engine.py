@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 
 pytest.importorskip("docker")
 

@@ -12,10 +12,7 @@ from typing import ClassVar
 
 import pytest
 
-from gym_server.environments.mcp_tools.manifest import StdioServer
-from gym_server.errors import EnvironmentDefinitionError
-from gym_server.sandbox.egress.declared import sandbox_policy
-from gym_server.sandbox.egress.policy import (
+from gym_server.core.egress_policy import (
     Address,
     EgressPolicy,
     EgressRule,
@@ -23,8 +20,11 @@ from gym_server.sandbox.egress.policy import (
     address_refusal,
     parse_rule,
 )
+from gym_server.core.errors import EnvironmentDefinitionError
+from gym_server.core.settings import EgressSettings, Settings
+from gym_server.environments.mcp_tools.manifest import StdioServer
+from gym_server.sandbox.egress.declared import sandbox_policy
 from gym_server.sdk.environment import Environment, VerifyResult
-from gym_server.settings import EgressSettings, Settings
 
 IP = ipaddress.ip_address
 

@@ -12,7 +12,7 @@ import pytest
 from echoserver import EchoServer
 from prometheus_client import generate_latest
 
-from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.core.egress_policy import EgressPolicy
 from gym_server.sandbox.egress.proxy import EgressProxy
 from gym_server.sessions.metrics import SessionMetrics
 

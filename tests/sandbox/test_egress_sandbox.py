@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 from echoserver import EchoServer
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.egress_policy import EgressPolicy
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.settings import EgressSettings, SandboxSettings, Settings
 from gym_server.sandbox import runtime
 from gym_server.sandbox.egress.mount import MOUNT, PROXY_PORT
-from gym_server.sandbox.egress.policy import EgressPolicy
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
-from gym_server.settings import EgressSettings, SandboxSettings, Settings
 
 LIMITS = Limits(timeout_s=20.0)
 

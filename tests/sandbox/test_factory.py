@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gym_server.cli.sandbox import app
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.settings import SandboxSettings, Settings
 from gym_server.sandbox.factory import make_backend, select_backend
-from gym_server.settings import SandboxSettings, Settings
 
 
 async def test_auto_prefers_docker_then_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ import random
 import pytest
 from gymtest import apoll
 
-from gym_server.sandbox.egress.policy import EgressPolicy
+from gym_server.core.egress_policy import EgressPolicy
 from gym_server.sandbox.pool import SandboxPool
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
 

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.settings import SandboxSettings
 from gym_server.sandbox.factory import select_backend
 from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.ray_hosts import RayHostsBackend
-from gym_server.settings import SandboxSettings
 
 ray = pytest.importorskip("ray")
 

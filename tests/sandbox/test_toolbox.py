@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_server.errors import SandboxUnavailable
+from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.factory import make_backend
 from gym_server.sandbox.protocol import Limits

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gym_server import Environment, Registry, Task, VerifyResult
-from gym_server.errors import EnvironmentDefinitionError, EnvironmentNotFound, TaskNotFound
+from gym_server.core.errors import EnvironmentDefinitionError, EnvironmentNotFound, TaskNotFound
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Dataset
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from gym_server.cli import db, export
-from gym_server.extras import MissingExtra
+from gym_server.core.extras import MissingExtra
 from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.records import TrajectoryRecord
 from gym_server.store.repository import upsert_trajectories

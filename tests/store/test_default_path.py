@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_server.settings import Settings, default_store_path, stray_store_path
+from gym_server.core.settings import Settings, default_store_path, stray_store_path
 
 
 @pytest.fixture

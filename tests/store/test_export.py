@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy.orm import Session
 
-from gym_server.extras import MissingExtra
+from gym_server.core.extras import MissingExtra
 from gym_server.store import export as export_module
 from gym_server.store.export import (
     NESTED_FIELDS,

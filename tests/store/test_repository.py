@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from gym_server.errors import RolloutNotFound
+from gym_server.core.errors import RolloutNotFound
 from gym_server.store import repository
 from gym_server.store.migrate import make_engine
 from gym_server.store.models import Rescore, Trajectory, trajectories_table

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gym_server.errors import StoreRefused, StoreUnavailable
+from gym_server.core.errors import StoreRefused, StoreUnavailable
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
 from gym_server.store.writer import TrajectoryStore

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from gym_server.cli import demo as demo_module
 from gym_server.cli.demo import _check_shaping_components, demo
-from gym_server.extras import EXTRA_OF_MODULE, MissingExtra
-from gym_server.rescoring import Rescorer
+from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra
+from gym_server.core.settings import LimitSettings
+from gym_server.scoring.rescoring import Rescorer
 from gym_server.sdk.registry import Registry
-from gym_server.settings import LimitSettings
 from gym_server.store.writer import TrajectoryStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")

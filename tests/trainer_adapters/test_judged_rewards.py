@@ -23,8 +23,8 @@ from fastapi import FastAPI, Request
 from gymtest import judge_samples
 
 from gym_server.app import create_app
+from gym_server.core.settings import JudgeSettings, Settings
 from gym_server.environments.inbox.env import InboxEnv
-from gym_server.settings import JudgeSettings, Settings
 
 TASK = InboxEnv.dataset().get("inbox-00000")
 

@@ -40,12 +40,12 @@ def test_grpo_with_environment_factory_raises_the_gym_reward(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     pytest.importorskip("trl")
+    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.chat_template_utils import get_json_schema
     from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    from datasets import Dataset
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
     from gym_server.trainer_adapters.trl import make_environment_factory, use_hermes_response_template
 

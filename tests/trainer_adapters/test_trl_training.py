@@ -41,11 +41,11 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
 ) -> None:
     pytest.importorskip("trl")
     import torch
+    from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    from datasets import Dataset
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
     from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_prompt, gym_reward
 

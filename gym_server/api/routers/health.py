@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gym_server.api.deps import ManagerDep, StoreDep
-from gym_server.api.errors import problem
+from gym_server.core.problems import problem
 from gym_server.sandbox import runtime as sandbox_runtime
 
 router = APIRouter(tags=["health"])

@@ -10,7 +10,7 @@ logprobs and loss masks in `turns` when the policy is token-in:
 - `policy.api = "chat"`: any OpenAI-compatible chat API; transcripts and rewards only (evaluation).
 
 A run is a background job: 202 with its id at once, progress at `GET /v1/rollouts/runs/{run_id}`
-(jobs live in this process's memory within the bounds of `gym_server.rollout_runs`; the trajectories
+(jobs live in this process's memory within the bounds of `gym_server.sessions.rollout_runs`; the trajectories
 are in the store). `wait: true` answers when the run is finished instead. A policy failure ends its
 episode with failure `policy_error` or `policy_timeout` (status `failed`), never a lost episode.
 """
@@ -26,14 +26,14 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from gym_server import jsontext
 from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep, TenantDep
-from gym_server.api.errors import StrictJsonRoute
-from gym_server.egress import refusal
-from gym_server.errors import EndpointNotAllowed, GymError, InvalidRequest, NotFoundError
-from gym_server.rollout_runs import RolloutRun
+from gym_server.core import jsontext
+from gym_server.core.egress import refusal
+from gym_server.core.errors import EndpointNotAllowed, GymError, InvalidRequest, NotFoundError
+from gym_server.core.problems import StrictJsonRoute
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
+from gym_server.sessions.rollout_runs import RolloutRun
 from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
 from gym_server.trainer_adapters.chat import Renderer
 from gym_server.trainer_adapters.client import GymAPIError, SessionInfo, StepResult, VerifyResult

@@ -13,10 +13,10 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from gym_server.api.deps import RegistryDep, SettingsDep, StoreDep, TenantDep
-from gym_server.api.errors import StrictJsonRoute
 from gym_server.api.schemas import RolloutPage
-from gym_server.errors import RolloutNotFound
-from gym_server.rescoring import Rescorer
+from gym_server.core.errors import RolloutNotFound
+from gym_server.core.problems import StrictJsonRoute
+from gym_server.scoring.rescoring import Rescorer
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
 

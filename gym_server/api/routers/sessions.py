@@ -18,10 +18,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_server import jsontext
-from gym_server.api.asgi import has_json_content_type, read_body, replay_body
 from gym_server.api.deps import ManagerDep, StoreDep, TenantDep
-from gym_server.api.errors import StrictJsonRoute, on_gym_error, parse_body
 from gym_server.api.schemas import (
     CreateSessionRequest,
     SessionCreated,
@@ -31,7 +28,10 @@ from gym_server.api.schemas import (
     TruncatedTurnRecorded,
     TruncatedTurnRequest,
 )
-from gym_server.errors import GymError
+from gym_server.core import jsontext
+from gym_server.core.asgi import has_json_content_type, read_body, replay_body
+from gym_server.core.errors import GymError
+from gym_server.core.problems import StrictJsonRoute, on_gym_error, parse_body
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus

@@ -8,14 +8,14 @@ from typing import Any
 from fastapi import APIRouter
 
 from gym_server.api.deps import RegistryDep, SettingsDep
-from gym_server.api.errors import StrictJsonRoute, problem_body
 from gym_server.api.schemas import BatchVerifyItem, BatchVerifyRequest, BatchVerifyResponse, VerifyRequest
-from gym_server.errors import GymError
+from gym_server.core.errors import GymError
+from gym_server.core.problems import StrictJsonRoute, problem_body
+from gym_server.core.settings import Settings
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import choose_task
 from gym_server.sessions.replay import verify_transcript
-from gym_server.settings import Settings
 
 router = APIRouter(prefix="/v1/verify", tags=["verify"], route_class=StrictJsonRoute)
 

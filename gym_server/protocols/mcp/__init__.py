@@ -18,8 +18,8 @@ from typing import Final
 
 from fastapi import FastAPI
 
+from gym_server.core.settings import Settings
 from gym_server.sessions.manager import SessionManager
-from gym_server.settings import Settings
 
 __all__ = ["MCP_PATH", "available", "mount", "serving"]
 

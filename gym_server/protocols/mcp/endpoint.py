@@ -30,11 +30,11 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
-from gym_server.api.asgi import read_body, replay_body, send_json
-from gym_server.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.core.asgi import read_body, replay_body, send_json
+from gym_server.core.errors import GymError, InvalidRequest, NotFoundError
+from gym_server.core.settings import Settings
 from gym_server.protocols.mcp import mapping
 from gym_server.protocols.mcp.server import SCOPE_KEY, Binding, Episodes, build_server
-from gym_server.settings import Settings
 
 __all__ = ["McpEndpoint", "McpFacade"]
 

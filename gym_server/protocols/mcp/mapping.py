@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym_server import jsontext
-from gym_server.errors import GymError, InvalidRequest
+from gym_server.core import jsontext
+from gym_server.core.errors import GymError, InvalidRequest
 
 __all__ = [
     "EPISODE_META_KEY",

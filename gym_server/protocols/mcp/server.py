@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from gym_server import __version__
-from gym_server.errors import GymError
+from gym_server.core.errors import GymError
 from gym_server.protocols.mcp import mapping
 from gym_server.sdk.messages import Message
 from gym_server.sessions.manager import LiveSession, SessionManager

@@ -27,9 +27,9 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from gym_server import jsontext
-from gym_server.api.asgi import read_body, send_json
-from gym_server.errors import GymError, SessionNotFound
+from gym_server.core import jsontext
+from gym_server.core.asgi import read_body, send_json
+from gym_server.core.errors import GymError, SessionNotFound
 from gym_server.protocols.mcp.mapping import tool_reply
 from gym_server.protocols.nemo_gym import wire
 from gym_server.protocols.nemo_gym.metrics import aggregate_metrics

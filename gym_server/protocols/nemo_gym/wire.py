@@ -17,8 +17,8 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym_server import jsontext
-from gym_server.errors import InvalidRequest
+from gym_server.core import jsontext
+from gym_server.core.errors import InvalidRequest
 from gym_server.sdk.environment import VerifyResult
 
 __all__ = [

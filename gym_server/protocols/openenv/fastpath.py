@@ -17,9 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_server.api.asgi import read_body, replay_body
-from gym_server.api.errors import on_gym_error
-from gym_server.errors import GymError
+from gym_server.core.asgi import read_body, replay_body
+from gym_server.core.errors import GymError
+from gym_server.core.problems import on_gym_error
 from gym_server.protocols.openenv.http import reset_answer, step_answer
 from gym_server.sessions.manager import SessionManager
 

@@ -18,9 +18,9 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_server import jsontext
-from gym_server.api.errors import StrictJsonRoute, parse_body
-from gym_server.errors import SessionNotFound
+from gym_server.core import jsontext
+from gym_server.core.errors import SessionNotFound
+from gym_server.core.problems import StrictJsonRoute, parse_body
 from gym_server.protocols.openenv import mapping
 from gym_server.protocols.openenv.episodes import act, open_episode
 from gym_server.sessions.manager import SessionManager

@@ -19,8 +19,8 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import TypeAdapter
 
-from gym_server import jsontext
-from gym_server.api.errors import StrictJsonRoute
+from gym_server.core import jsontext
+from gym_server.core.problems import StrictJsonRoute
 from gym_server.protocols.mcp.mapping import mcp_tool
 from gym_server.protocols.openenv import mapping
 from gym_server.protocols.openenv.http import OPENENV_HTTP_PREFIX

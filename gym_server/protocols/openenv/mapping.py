@@ -17,7 +17,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gym_server.errors import AtCapacity, GymError
+from gym_server.core.errors import AtCapacity, GymError
 from gym_server.protocols.mcp.mapping import is_tool_error, mcp_tool, problem_data, tool_reply
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import EnvironmentEntry

@@ -18,7 +18,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import WebSocketException
 
-from gym_server.errors import AtCapacity, BackendUnavailable
+from gym_server.core.errors import AtCapacity, BackendUnavailable
 
 __all__ = ["OpenEnvAnswer", "OpenEnvConnection", "OpenEnvError", "ws_url"]
 

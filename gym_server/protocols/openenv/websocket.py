@@ -17,8 +17,8 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from gym_server import jsontext
-from gym_server.errors import GymError
+from gym_server.core import jsontext
+from gym_server.core.errors import GymError
 from gym_server.protocols.openenv import mapping
 from gym_server.protocols.openenv.episodes import act, open_episode
 from gym_server.sessions.manager import SessionManager

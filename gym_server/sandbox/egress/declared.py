@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from gym_server.sandbox.egress.policy import EgressPolicy, parse_rule
-from gym_server.settings import EgressSettings
+from gym_server.core.egress_policy import EgressPolicy, parse_rule
+from gym_server.core.settings import EgressSettings
 
 __all__ = ["sandbox_policy"]
 

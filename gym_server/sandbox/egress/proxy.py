@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gym_server.sandbox.egress.policy import Decision, EgressPolicy
+from gym_server.core.egress_policy import Decision, EgressPolicy
 
 __all__ = ["FORWARDER", "SOCKET", "EgressProxy", "EgressTally", "tally"]
 

@@ -1,0 +1,1 @@
+"""Infrastructure every layer may use: errors, settings, JSON text, extras, problem+json, ASGI helpers."""
