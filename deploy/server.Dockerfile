@@ -35,8 +35,7 @@ print("\n".join(deps))' "${EXTRAS}" >/tmp/requirements.txt; \
     python3 -m venv /opt/venv; \
     /opt/venv/bin/pip wheel --quiet "$@" --wheel-dir /wheels -r /tmp/requirements.txt; \
     /opt/venv/bin/pip install --quiet --no-index --find-links /wheels -r /tmp/requirements.txt
-# 2. The project. gym_server/{environments,verifiers,trainer_adapters,datasets} are symlinks to the
-#    top-level folders, so those come along and the wheel holds real files.
+# 2. The project: one package folder (environments, verifiers, trainer adapters and datasets included).
 COPY README.md ./
 COPY gym_server/ gym_server/
 RUN set -eu; \

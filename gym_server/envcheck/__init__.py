@@ -29,7 +29,7 @@ __all__ = ["CheckResult", "EnvCheckReport", "check_environment", "fixtures_check
 
 def fixtures_check(entry: EnvironmentEntry, registry: Registry) -> CheckResult:
     """Replay the golden fixtures beside the environment (its family's file for a family member)."""
-    from gym_server.cli.verifiers import check_environments, environment_fixtures
+    from gym_server.envcheck.golden import check_environments, environment_fixtures
 
     files, _ = environment_fixtures(registry)
     suites = [

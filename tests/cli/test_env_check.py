@@ -14,9 +14,9 @@ import pytest
 from gymtest import console_script
 
 from gym_server import Environment, HackProbe, VerifyResult, tool
-from gym_server.cli.verifiers import ENVIRONMENTS_DIR
 from gym_server.core.settings import get_settings
 from gym_server.envcheck import check_environment
+from gym_server.envcheck.golden import ENVIRONMENTS_DIR
 from gym_server.sdk.registry import Registry
 
 REGISTRY = Registry.discover()

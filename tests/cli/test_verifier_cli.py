@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gym_server.cli import verifiers
 from gym_server.cli.scaffold import scaffold
-from gym_server.cli.verifiers import ENVIRONMENTS_DIR, check_environments, check_verifiers
+from gym_server.envcheck.golden import ENVIRONMENTS_DIR, check_environments, check_verifiers
 from gym_server.environments.counter.env import CounterEnv
 from gym_server.sdk.registry import Registry
 from gym_server.verifiers.golden import FIXTURES_DIR
