@@ -196,7 +196,7 @@ def _tiny_setup(gym_url: str, seed: int) -> tuple[Any, Any, Any, list[Any], str]
     model, tokenizer, train, held_out = tiny_counter_recipe(gym_url, seed)
     rows = offset_task_prompts(train)
     specs = [EpisodeSpec("counter", None, t["task"], t["seed"], k) for t in held_out for k in range(4)]
-    # By name: the checkout's top-level `datasets/` folder would shadow Hugging Face's for mypy.
+    # By name: `datasets` (Hugging Face's) is an optional extra, imported only here.
     dataset = importlib.import_module("datasets").Dataset.from_list(rows)
     return model, tokenizer, dataset, specs, "counter (target = start + 3)"
 

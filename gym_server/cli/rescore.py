@@ -1,7 +1,8 @@
 """`gym-server reverify` and `gym-server audit`: look again at stored trajectories.
 
 `reverify` re-scores every stored trajectory of a run (and/or an environment) with the verifiers
-installed now (`gym_server.scoring.rescoring`), keeps each old score beside its new one, and prints what changed:
+installed now (`gym_server.scoring.rescoring`), keeps each old score beside its new one, and prints what
+changed:
 per environment, how many were re-scored, changed, went up or down, the mean change, and how many could
 not be re-scored (still live, environment or task gone) or came back without signal (a failure class).
 

@@ -17,6 +17,7 @@ from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator,
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gym_server.core.egress import DEFAULT_POLICY_URLS, parse_prefix
+from gym_server.core.egress_policy import parse_rule
 
 __all__ = [
     "AuthSettings",
@@ -135,7 +136,9 @@ class RolloutRunSettings(BaseModel):
     )
     policy_urls: list[str] = Field(
         default_factory=lambda: list(DEFAULT_POLICY_URLS),
-        description="URL prefixes of the policy endpoints a run may call (gym_server.core.egress); others get 422",
+        description=(
+            "URL prefixes of the policy endpoints a run may call (gym_server.core.egress); others get 422"
+        ),
     )
 
     @field_validator("policy_urls")
@@ -215,8 +218,6 @@ class EgressSettings(BaseModel):
     @field_validator("allowed")
     @classmethod
     def _entries(cls, value: list[str] | None) -> list[str] | None:
-        from gym_server.core.egress_policy import parse_rule  # the sandbox package imports settings
-
         for entry in value or []:
             parse_rule(entry)
         return value

@@ -10,7 +10,8 @@ Two kinds of fixture files are checked:
   the library with its arguments (`gym_server.verifiers.golden`); one suite per file.
 - **environment fixtures**, `fixtures/golden.jsonl` beside each *registered* environment's module: the
   built-ins (`gym_server/environments/<name>/`) and plugins installed from other distributions alike (a
-  scaffolded `gym_env_<name>/fixtures/golden.jsonl`). Each case replays a transcript's assistant turns through a
+  scaffolded `gym_env_<name>/fixtures/golden.jsonl`). Each case replays a transcript's assistant turns
+  through a
   fresh environment (the engine `POST /v1/verify` uses, tool results recomputed) and compares the
   reward, and the components and failure when the case states them. One suite per file, named after its
   environment (or family). The row formats in use are all accepted: `messages` or `assistant` for the

@@ -89,7 +89,8 @@ class Environment:
             proxy (`session_sandbox(..., egress=self.egress)`); empty (the default): no network at all.
             A non-public address (loopback, private, link-local) must be listed as that exact address.
         judge_rubric: the criteria an LLM judge scores this environment's answers by when the operator
-            configured one (`GYM_JUDGE__URL`; `gym_server.verifiers.judging.judge_response`); None: never judged.
+            configured one (`GYM_JUDGE__URL`; `gym_server.verifiers.judging.judge_response`); None: never
+            judged.
     """
 
     name: ClassVar[str] = ""

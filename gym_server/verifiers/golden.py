@@ -1,6 +1,7 @@
 """Golden fixtures: every verifier's known answers, replayable by tests and by `gym-server verifiers check`.
 
-Fixtures live in `gym_server/verifiers/fixtures/<module>.jsonl`, one case a line, and need no Python package of
+Fixtures live in `gym_server/verifiers/fixtures/<module>.jsonl`, one case a line, and need no Python package
+of
 their own. A row names the verifier it exercises, its keyword arguments and what it must return:
 
 ```json

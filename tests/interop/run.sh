@@ -8,8 +8,8 @@
 # ($PYTHON) once, before any test, and only when something is missing (.ci/installed.py). The peers' tests
 # then run from their venvs with their own pytest.ini, GYM_INTEROP_JOBS at a time (default 2; the gym
 # servers they start run from $PYTHON on free loopback ports, so peers do not collide), each peer's output
-# printed whole when it ends. `-P` keeps the repository root off sys.path: its `gym_server/verifiers/` (the gym's
-# verifiers) would shadow the verifiers peer.
+# printed whole when it ends. `-P` keeps the repository root off sys.path, so
+# only what the peer's venv installed is imported.
 # Environment: PYTHON (default python3), GYM_CI_CACHE, GYM_INTEROP_JOBS (default 2),
 #              GYM_INTEROP_INSTALL (default 1; 0: use the project's environment as it is, install nothing).
 set -euo pipefail

@@ -2,7 +2,8 @@
 
 One assistant turn. The reply's last ```python block (or the whole reply) is the program: a complete
 function replaces the prompt's stub, a bare body continues the prompt as in the original benchmark. The
-program runs in a sandbox from the shared warm pool under the code verifier (`gym_server/verifiers/code.py`): the
+program runs in a sandbox from the shared warm pool under the code verifier (`gym_server/verifiers/code.py`):
+the
 task's `check(candidate)` runs in a trusted harness, the candidate in its own process, so exiting
 early, printing "PASS", returning always-equal objects or patching the checker all score 0.
 

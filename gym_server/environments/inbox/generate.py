@@ -1,4 +1,5 @@
-"""Write the `inbox` dataset (`gym_server/datasets/inbox/{train,validation}.jsonl`): task seeds, questions, answers.
+"""Write the `inbox` dataset (`gym_server/datasets/inbox/{train,validation}.jsonl`): task seeds, questions,
+answers.
 
 Only the mailbox seed, family and size are stored per task; the env rebuilds the mailbox at reset from
 them (`questions.build_episode`), and this script records the question, the accepted answers, the

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gym_server.core.egress_policy import parse_rule
+from gym_server.sdk.runtime import parse_rule
 
 __all__ = ["HttpServer", "McpManifest", "StdioServer", "VerifierSpec", "load_manifest"]
 
@@ -97,7 +97,7 @@ class McpManifest(BaseModel):
     name: Name
     description: Annotated[str, Field(min_length=1, max_length=500)]
     server: Annotated[StdioServer | HttpServer, Field(discriminator="transport")]
-    dataset: Name = Field(description="the dataset folder under the gym's gym_server/datasets/ (train/validation)")
+    dataset: Name = Field(description="the dataset folder under gym_server/datasets/ (train/validation)")
     system_prompt: str | None = None
     max_turns: int = Field(12, ge=1, le=256)
     verifier: VerifierSpec = Field(default_factory=VerifierSpec)

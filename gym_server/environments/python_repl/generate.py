@@ -5,7 +5,8 @@ answer is computed here, in plain Python, from the same data the model will see.
 the task's public metadata (`files`: name -> text) and are written to the session's work dir when the
 episode starts. Answers are `{"value": ..., "kind": "int" | "float" | "text", "tolerance": ...}`.
 
-    python gym_server/environments/python_repl/generate.py      # writes gym_server/datasets/python_repl/{train,validation}.jsonl
+    python gym_server/environments/python_repl/generate.py      # writes
+    gym_server/datasets/python_repl/{train,validation}.jsonl
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Multi-turn, SWE-style. The repository is a file tree kept on the host for the ep
 session's own sandbox and runs its visible `unittest` suite there. Nothing the model runs can touch the
 tree the score is computed from. At `verify()` the final tree, with every original test file restored,
 goes into a *fresh* sandbox borrowed from the pool, and the task's hidden tests run through the code
-verifier's trusted harness (`gym_server/verifiers/code.py`): each test in the harness process, the package loaded in
+verifier's trusted harness (`gym_server/verifiers/code.py`): each test in the harness process, the package
+loaded in
 a separate worker per test, the verdict HMAC-authenticated. So editing or deleting the visible tests,
 `sys.exit(0)` or `os._exit` in a conftest or in the package, patching `unittest`/`pytest`/builtins, or
 printing a fake verdict can only fail tests: the reward is 1.0 only when every hidden test passes.

@@ -7,7 +7,8 @@ over `solution.<function>(...)`, with inputs the visible tests do not use) and t
 reference solution. Every expected value is computed by running the correct body; a draw is kept only
 when the buggy body fails the visible test and at least one hidden case the visible test does not show.
 
-    python -m gym_server.environments.repo_repair.generate   # gym_server/datasets/repo_repair/{train,validation}.jsonl
+    python -m gym_server.environments.repo_repair.generate   #
+    gym_server/datasets/repo_repair/{train,validation}.jsonl
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ a damaged item that needs a human. The customer owns other orders too (distracto
 customers share the database. The gold state is the starting orders with the request applied when the
 policy allows it. Seeded; rerunning writes byte-identical files.
 
-    python -m gym_server.environments.support.generate   # gym_server/datasets/support/{train,validation}.jsonl
+    python -m gym_server.environments.support.generate   #
+    gym_server/datasets/support/{train,validation}.jsonl
 """
 
 from __future__ import annotations

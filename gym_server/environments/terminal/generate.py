@@ -5,7 +5,8 @@ public metadata, `files`; archives are made from them by a trusted `setup` comma
 starts), a prompt, the checks the final work dir must pass (`answer.checks`) and a reference shell
 command that solves it (`answer.solution`, hidden like the checks). Rerunning writes byte-identical files.
 
-    python -m gym_server.environments.terminal.generate   # writes gym_server/datasets/terminal/{train,validation}.jsonl
+    python -m gym_server.environments.terminal.generate   # writes
+    gym_server/datasets/terminal/{train,validation}.jsonl
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Write the `tool_call` dataset (`gym_server/datasets/tool_call/{train,validation}.jsonl`) from the templates.
+"""Write the `tool_call` dataset (`gym_server/datasets/tool_call/{train,validation}.jsonl`) from the
+templates.
 
 The output is a pure function of `SEED`: rerunning the script rewrites byte-identical files, and a test
 holds the checked-in files to that. Templates are used round-robin so every intent (and so every tool

@@ -1,4 +1,5 @@
-"""Write the `workplace` dataset (`gym_server/datasets/workplace/{train,validation}.jsonl`) from the scenarios.
+"""Write the `workplace` dataset (`gym_server/datasets/workplace/{train,validation}.jsonl`) from the
+scenarios.
 
 The output is a pure function of `SEED`: rerunning the script rewrites byte-identical files, and a test
 holds the checked-in files to that. Scenarios are used round-robin so each appears in both splits; an

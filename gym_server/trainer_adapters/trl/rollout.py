@@ -78,8 +78,7 @@ def load_gym_dataset(
     """A Hugging Face `Dataset` of an environment's tasks: columns `prompt` (see `gym_prompt`) and
     `task_id`. `api_key`: the gym's key (default `$GYM_API_KEY`). Needs the `datasets` package (the
     `[trl]` extra)."""
-    # By module name: a checkout's top-level `datasets/` folder (the gym's JSONL data) would shadow it
-    # for static analysis.
+    # By module name: `datasets` is an optional extra, imported only when a dataset is built.
     hf_datasets = importlib.import_module("datasets")
     from gym_server.trainer_adapters.client import SyncGymClient
 
