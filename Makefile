@@ -70,6 +70,7 @@ lint:
 	ruff format --check .
 	mypy gym_server tests
 	MYPYPATH=benchmarks:benchmarks/peers mypy benchmarks
+	lint-imports
 
 ## The example MCP servers of gym_server/environments/mcp_tools, installed for the sandboxes' python3 into the tools
 ## folder (never into the gym's venv); serve with GYM_SANDBOX__TOOLS_DIR=$(CURDIR)/$(TOOLS_DIR)
