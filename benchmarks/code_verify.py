@@ -293,10 +293,16 @@ async def profile_backend(
 def profile(backends: list[str], baseline: str | None, repeats: int) -> str:
     old = None
     if baseline:
-        source = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{baseline}:gym_server/verifiers/_code_harness.py"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+        # The harness moved with the verifiers: under gym_server/ since issue 24, at the top level before.
+        for prefix in ("gym_server/", ""):
+            shown = subprocess.run(
+                ["git", "-C", str(REPO), "show", f"{baseline}:{prefix}verifiers/_code_harness.py"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if shown.returncode == 0:
+                break
+        shown.check_returncode()
+        source = shown.stdout
         old = (baseline, source)
     lines = [
         f"Profile ({load_average()} load average at start; {repeats} runs per step, one warm sandbox, no "
