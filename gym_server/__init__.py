@@ -3,7 +3,7 @@
 The names below are the SDK promised to environment authors; everything else is internal.
 """
 
-from gym_server import log_redaction
+from gym_server.core import log_redaction
 from gym_server.core.errors import GymError
 from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
 from gym_server.sdk.probes import HackProbe

@@ -30,9 +30,9 @@ from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.auth.ui_sessions import UiSessions
 from gym_server.core.errors import SandboxUnavailable
+from gym_server.core.looplag import InFlightMiddleware, LoopLagMonitor
 from gym_server.core.problems import install_error_handlers
 from gym_server.core.settings import Settings, get_settings
-from gym_server.looplag import InFlightMiddleware, LoopLagMonitor
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.protocols import nemo_gym as nemo_gym_facade
 from gym_server.protocols import openenv as openenv_facade

@@ -8,7 +8,7 @@ letting the probe in is what every other request waits behind, and unlike wall-c
 grow with the machine's load, so the bound holds on a busy CI runner. Work moved to a worker thread is
 not counted
 (its GIL hand-offs cost the loop at most the interpreter's 5 ms switch interval each); the lag the loop
-really sees is on `/metrics` (`gym_event_loop_lag_seconds`), measured by `gym_server.looplag`. Automatic
+really sees is on `/metrics` (`gym_event_loop_lag_seconds`), measured by `gym_server.core.looplag`. Automatic
 garbage collection is off while a case runs (a collection is charged to whatever callback triggers it);
 the server's defence against collection pauses is `gc.freeze()` after start-up.
 """

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gym_server.looplag import InFlightMiddleware, LoopLagMonitor
+from gym_server.core.looplag import InFlightMiddleware, LoopLagMonitor
 
 STALL_S = 0.4
 
@@ -32,7 +32,7 @@ async def test_a_stall_is_exported_and_names_the_request_in_flight(caplog: pytes
     monitor.start()
     await asyncio.sleep(0.05)  # the monitor is waiting on its timer when the stall begins
     try:
-        with caplog.at_level(logging.WARNING, logger="gym_server.looplag"):
+        with caplog.at_level(logging.WARNING, logger="gym_server.core.looplag"):
             transport = httpx.ASGITransport(app=wrapped)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
                 assert (await client.get("/slow/abc")).text == "done"

@@ -14,7 +14,7 @@ import websockets
 from authtest import KeyMaker, bearer
 from conftest import ServerProcess
 
-from gym_server.log_redaction import LIBRARY_LOGGERS, RedactingFilter, redact
+from gym_server.core.log_redaction import LIBRARY_LOGGERS, RedactingFilter, redact
 from gym_server.trainer_adapters.client import GymClient
 
 
