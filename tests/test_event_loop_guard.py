@@ -20,7 +20,7 @@ import gc
 import importlib.util
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -218,7 +218,7 @@ async def _openenv_state(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None
 async def _openenv_ws(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     """Driven as raw ASGI (httpx speaks no WebSocket): a reset, a step of the largest frame, a close."""
     app: FastAPI = ctx["app"]
-    frames = [
+    frames: list[MutableMapping[str, Any]] = [
         {"type": "websocket.connect"},
         {"type": "websocket.receive", "text": json.dumps({"type": "reset", "data": {"seed": 2}})},
         {
@@ -229,14 +229,14 @@ async def _openenv_ws(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
         },
         {"type": "websocket.disconnect", "code": 1000},
     ]
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> MutableMapping[str, Any]:
         if not frames:
             await asyncio.sleep(3600)
         return frames.pop(0)
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {

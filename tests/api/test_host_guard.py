@@ -18,6 +18,7 @@ import pytest
 import websockets
 from conftest import ServerProcess, make_settings, serving
 from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
 
 from gym_server.api.host_guard import HostPolicy
 from gym_server.scale.upstream import UpstreamPool
@@ -162,7 +163,7 @@ def test_websocket_handshakes_are_checked(
     assert status == 421 and body["type"] == "urn:gym-server:problem:misdirected-request"
 
     async def same_origin() -> None:
-        async with websockets.connect(ws, origin=server.url, open_timeout=10) as socket_:
+        async with websockets.connect(ws, origin=Origin(server.url), open_timeout=10) as socket_:
             await socket_.send(json.dumps({"type": "reset", "data": {"seed": 1}}))
             assert json.loads(await socket_.recv())["type"] != "error"
 

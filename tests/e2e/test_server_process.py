@@ -6,6 +6,7 @@ which the next start marks `lost`; a graceful stop records live sessions as lost
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import time
 import uuid
@@ -218,7 +219,7 @@ def test_workers_on_a_fresh_database_all_start(
             return False
 
     for index in range(2):
-        poll(lambda index=index: ready(f"http://127.0.0.1:{port + index}"), bool)
+        poll(functools.partial(ready, f"http://127.0.0.1:{port + index}"), bool)
     assert server.process is not None and server.process.poll() is None
     with httpx.Client(base_url=f"http://127.0.0.1:{port + 1}", timeout=10) as client:
         created = client.post("/v1/sessions", json={"env": "counter", "task_id": "counter-0004"})
