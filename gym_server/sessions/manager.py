@@ -209,6 +209,15 @@ class SessionManager:
             if inline:
                 metadata[INLINE_TASK_KEY] = chosen.model_dump(mode="json")
             instance = await self._start_env(entry, chosen, seed)
+            try:
+                # What the session needs from the started environment: if either fails, the environment
+                # (and the sandbox it holds) goes back now, since no session will ever own it.
+                tools = instance.tools()
+                transcript_bytes = len(jsontext.dumps(instance.messages))
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(instance.close(), self.settings.limits.tool_timeout_s)
+                raise
         except BaseException:
             if self.quotas is not None:
                 self.quotas.unreserve(tenant)
@@ -224,7 +233,7 @@ class SessionManager:
             policy=policy,
             metadata=metadata,
             created_at=utcnow(),
-            tools=instance.tools(),
+            tools=tools,
             max_turns=min(
                 entry.cls.max_turns or self.settings.limits.max_turns, self.settings.limits.max_turns
             ),
@@ -233,7 +242,7 @@ class SessionManager:
         )
         if self.quotas is not None:
             self.quotas.opened(tenant, session.id)
-        session.transcript_bytes = len(jsontext.dumps(instance.messages))
+        session.transcript_bytes = transcript_bytes
         self._live[session.id] = session
         self.sink.record(self._record(session, TrajectoryStatus.LIVE))
         self.metrics.created.labels(entry.name).inc()
@@ -251,6 +260,13 @@ class SessionManager:
                 "the database refused it" if isinstance(exc, StoreRefused) else "the database is slow or down"
             )
             raise type(exc)(f"no session was created, its trajectory could not be stored ({why})") from None
+        except BaseException:
+            # Anything else (the request cancelled, an unexpected error): the client never learns the id,
+            # so nobody could close the session; it ends now rather than holding its sandbox until the TTL.
+            await asyncio.shield(
+                self._finish(session, TrajectoryStatus.ABANDONED, "its create did not complete")
+            )
+            raise
         return session
 
     async def _start_env(self, entry: EnvironmentEntry, task: Task, seed: int | None) -> Environment:

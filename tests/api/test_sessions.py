@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from conftest import AppHarness
 from gymtest import call, open_counter, solve_counter, step, wait_for_rollout
 
@@ -251,3 +252,41 @@ async def test_a_client_can_close_with_a_policy_failure(gym: AppHarness) -> None
     assert stored["failure"] == "policy_timeout"
     bad = await gym.client.delete(f"/v1/sessions/{sid}?failure=whatever")
     assert bad.status_code == 422
+
+
+async def test_a_create_that_fails_after_reset_closes_the_environment(
+    app_factory: Callable[..., Any],
+) -> None:
+    # Whatever fails between an environment's reset and the 201 (here its tool schemas), the environment
+    # that reset started is closed at once, the live count and the capacity come back, and no row is live.
+    from gym_server import Registry
+    from gym_server.environments.counter.env import CounterEnv
+
+    closed: list[str] = []
+
+    class BrokenToolsCounter(CounterEnv):
+        name = "broken_tools_counter"
+        dataset_name = "counter"
+
+        def tools(self) -> list[dict[str, Any]]:
+            raise RuntimeError("tool schemas cannot be built")
+
+        async def close(self) -> None:
+            closed.append(self.task.id)
+            await super().close()
+
+    async with app_factory(Registry([BrokenToolsCounter]), sessions={"max_sessions": 1}) as gym:
+        # The app's own 500 answer, as a server sends it (the test transport would re-raise by default).
+        transport = httpx.ASGITransport(app=gym.app, raise_app_exceptions=False)
+        client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
+        for _ in range(3):  # at capacity 1, a leaked create would make the next one 429
+            created = await client.post(
+                "/v1/sessions", json={"env": "broken_tools_counter", "task_id": "counter-0000"}
+            )
+            assert created.status_code == 500, created.text
+            assert created.headers["content-type"].startswith("application/problem+json")
+        assert closed == ["counter-0000"] * 3
+        assert gym.app.state.manager.live_count == 0
+        listed = await gym.client.get("/v1/rollouts", params={"env": "broken_tools_counter"})
+        assert listed.json()["items"] == []
+        await client.aclose()
