@@ -17,8 +17,12 @@ from collections import deque
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ModuleNotFoundError:  # a bare venv (pip vendors its own copy): nothing of the project is installed yet
+    print("packaging is not installed: nothing of the project is either", file=sys.stderr)
+    raise SystemExit(1) from None
 
 
 def lock_pins(lock: Path) -> dict[str, str]:
