@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pydantic_core
 
-__all__ = ["MAX_DEPTH", "dumps", "loads", "loads_strict", "refuse_unstorable"]
+__all__ = ["MAX_DEPTH", "dumps", "holds_non_finite", "loads", "loads_strict", "refuse_unstorable"]
 
 _LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
 # The deepest nesting a body may have: pydantic's JSON parser (every fast-path body) stops at this
@@ -99,7 +99,7 @@ def loads_strict(raw: bytes | str) -> Any:
         if "recursion limit" in message:
             message = f"JSON nested deeper than {MAX_DEPTH} levels cannot be stored"
         raise json.JSONDecodeError(message, text, 0) from None
-    if _OVERFLOW_HINT.search(data) is not None and _overflows(value):
+    if _OVERFLOW_HINT.search(data) is not None and holds_non_finite(value):
         raise _overflow_error(text)
     return value
 
@@ -125,8 +125,9 @@ def _lone_surrogate_at(raw: bytes) -> int | None:
     return high_at if high_at >= 0 else None
 
 
-def _overflows(value: Any) -> bool:
-    """Whether a parsed JSON value holds a float that overflowed to infinity."""
+def holds_non_finite(value: Any) -> bool:
+    """Whether a parsed JSON value holds a non-finite float (an overflow to infinity, a NaN): JSON text
+    cannot carry one, so a stored copy would read `null`."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -169,5 +170,5 @@ def refuse_unstorable(raw: bytes) -> None:
     if b"NaN" in raw or b"Infinity" in raw:
         loads_strict(raw)
     _refuse_lone_surrogate(raw)
-    if _OVERFLOW_HINT.search(raw) is not None and _overflows(json.loads(raw)):
+    if _OVERFLOW_HINT.search(raw) is not None and holds_non_finite(json.loads(raw)):
         raise _overflow_error(raw.decode(errors="replace"))

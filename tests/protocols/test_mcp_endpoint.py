@@ -290,3 +290,19 @@ def test_the_server_starts_without_the_extra_and_says_which_to_install(
     finally:
         output = server.stop()
     assert "MCP facade off (needs the mcp extra: pip install 'gym-server[mcp]')" in output
+
+
+async def test_a_number_beyond_a_double_in_a_tool_call_is_refused_before_the_step(gym: AppHarness) -> None:
+    # The MCP library reads 1e400 as infinity; stored it would read null. Refused like the native 422.
+    session = await open_session(gym.client)
+    before = (await gym.client.get(f"/v1/sessions/{session.gym_id}")).json()["messages"]
+    raw = (
+        '{"jsonrpc": "2.0", "id": 9, "method": "tools/call",'
+        ' "params": {"name": "add", "arguments": {"amount": 1e400}}}'
+    )
+    response = await gym.client.post(COUNTER, content=raw, headers=session.headers)
+    error = response.json()["error"]
+    assert error["code"] == mcp_mapping.INVALID_PARAMS and "double" in error["message"], response.text
+    after = (await gym.client.get(f"/v1/sessions/{session.gym_id}")).json()["messages"]
+    assert after == before  # nothing reached the environment
+    assert (await session.call("read"))["result"]["isError"] is False  # and the episode goes on

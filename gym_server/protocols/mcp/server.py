@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from gym_server import __version__
+from gym_server.core import jsontext
 from gym_server.core.errors import GymError
 from gym_server.protocols.mcp import mapping
 from gym_server.sdk.messages import Message
@@ -144,6 +145,13 @@ class _Handlers:
             raise MCPError(
                 mapping.INVALID_PARAMS,
                 f"unknown tool {params.name[:80]!r}; this episode's tools: {', '.join(names) or 'none'}",
+            )
+        if jsontext.holds_non_finite(params.arguments):
+            # The MCP library reads 1e400 as infinity; stored, the call would read `null`: refused, as the
+            # native API refuses it (422), and nothing reaches the environment.
+            raise MCPError(
+                mapping.INVALID_PARAMS,
+                "a number in the arguments is beyond the range of a double; send it as a string",
             )
         try:
             message = Message.model_validate(mapping.assistant_tool_call(params.name, params.arguments))
