@@ -57,6 +57,22 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
     return Settings(**base)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_catalog_warmup() -> Iterator[None]:
+    """Servers and apps the tests start skip the start-up warm-up of every environment
+    (`GYM_CATALOG_WARMUP=off`): with reasoning-gym installed it costs each server start 3-10 s of CPU,
+    hundreds of starts in the suite.
+    First use still runs off the event loop, which `tests/test_event_loop_guard.py` checks in this mode; a
+    test of the warm-up itself names its mode. Set in os.environ so the processes tests start inherit it."""
+    before = os.environ.get("GYM_CATALOG_WARMUP")
+    os.environ["GYM_CATALOG_WARMUP"] = "off"
+    yield
+    if before is None:
+        os.environ.pop("GYM_CATALOG_WARMUP", None)
+    else:
+        os.environ["GYM_CATALOG_WARMUP"] = before
+
+
 @pytest.fixture
 def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rich consoles 250 columns wide, however early they were made. The CLI modules make theirs at import,
