@@ -25,7 +25,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 # The vLLM versions TRL 1.16 supports (trl.import_utils.is_vllm_available): the server's and the trainer's.
 VLLM_MIN, VLLM_MAX = (0, 22, 0), (0, 31, 0)
-READ_BY_LIBRARIES = {"HF_TOKEN"}  # huggingface_hub reads it; the example does not need to
+# huggingface_hub reads HF_TOKEN and the gym client reads GYM_API_KEY; the example does not need to
+READ_BY_LIBRARIES = {"HF_TOKEN", "GYM_API_KEY"}
 
 
 def compose_cli() -> list[str]:

@@ -17,7 +17,7 @@ from gymtest import call
 
 pytestmark = pytest.mark.slow
 
-HEAD = b"POST /v1/sessions HTTP/1.1\r\nHost: gym\r\nContent-Type: application/json\r\n"
+HEAD = b"POST /v1/sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 # How long the server may take past its deadline to be seen closing (a busy 2-core machine).
 GRACE_S = 30.0
 
@@ -100,7 +100,7 @@ def test_half_open_connections_are_closed_while_normal_clients_are_served(slow_s
     # Between requests: after a whole request and its response, bytes that begin no request.
     for name, tail in (("idle-after-response", b""), ("crlf-after-response", b"\r\n")):
         sock = connect(slow_server.url)
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gym\r\n\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert read_response(sock).startswith(b"HTTP/1.1 200")
         sock.sendall(tail)
         stalled[name] = sock
