@@ -20,7 +20,10 @@ from gym_server.scoring.rescoring import Rescorer
 from gym_server.sdk.registry import Registry
 from gym_server.store.writer import TrajectoryStore
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
+    pytest.mark.timeout(900),  # the end-to-end demo took 250 s beside three xdist workers on 2 cores
+]
 
 
 def run_demo(*args: str) -> Any:
