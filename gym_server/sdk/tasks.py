@@ -7,6 +7,7 @@ must not see: it is never served by the catalog.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -90,13 +91,18 @@ def _adapter(schema: Any) -> TypeAdapter[Any]:
 
 
 class Dataset:
-    """The splits of one dataset folder, loaded lazily and indexed by task id."""
+    """The splits of one dataset folder, loaded lazily and indexed by task id.
+
+    Thread-safe: first use happens in worker threads (the server never loads data on its event loop), and
+    two requests may be first at once; one loads, the other waits for it.
+    """
 
     def __init__(self, name: str, root: Path = DATASETS_ROOT) -> None:
         self.name = name
         self.folder = root / name
         self._splits: dict[str, list[Task]] | None = None
         self._by_id: dict[str, Task] = {}
+        self._loading = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Dataset({self.name!r}, folder={str(self.folder)!r})"
@@ -104,7 +110,9 @@ class Dataset:
     @property
     def splits(self) -> dict[str, list[Task]]:
         if self._splits is None:
-            self._splits = self._load()
+            with self._loading:
+                if self._splits is None:
+                    self._splits = self._load()
         return self._splits
 
     def split_sizes(self) -> dict[str, int]:
@@ -128,7 +136,9 @@ class Dataset:
         return sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []
 
     def _load(self) -> dict[str, list[Task]]:
+        """Every split, indexing `_by_id` as it goes (under `_loading`, the only writer)."""
         splits: dict[str, list[Task]] = {}
+        self._by_id.clear()  # a load that failed halfway left part of an index
         for path in self.files():
             tasks: list[Task] = []
             for number, line in enumerate(path.read_bytes().splitlines(), start=1):
