@@ -45,7 +45,8 @@ from gym_server.api.schemas import StepRequest
 from gym_server.app import create_app
 from gym_server.core.problems import parse_body
 from gym_server.core.settings import Settings
-from gym_server.sessions.manager import SessionManager, step_with_deadline
+from gym_server.sessions.deadlines import step_with_deadline
+from gym_server.sessions.manager import SessionManager
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 STEPS_PER_SESSION = 8  # then a fresh session, so no episode reaches the counter's max_turns

@@ -18,7 +18,7 @@ from rich.table import Table
 from gym_server.cli.envs import load_entry
 from gym_server.core.settings import Settings
 from gym_server.sdk.environment import Environment
-from gym_server.sessions.manager import run_verifier
+from gym_server.sessions.deadlines import run_verifier
 
 console = Console()
 

@@ -17,7 +17,7 @@ from gym_server.core.settings import LimitSettings
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
-from gym_server.sessions.manager import run_verifier, step_with_deadline
+from gym_server.sessions.deadlines import run_verifier, step_with_deadline
 
 __all__ = ["Episode", "Policy", "play", "random_policy", "scripted", "with_env"]
 

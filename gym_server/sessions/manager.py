@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-import secrets
 import time
 import uuid
 from collections import Counter
@@ -42,11 +40,13 @@ from gym_server.core.errors import (
     StoreRefused,
     StoreUnavailable,
 )
-from gym_server.core.settings import LimitSettings, Settings
-from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
+from gym_server.core.settings import Settings
+from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
+from gym_server.sessions.deadlines import run_verifier, step_with_deadline
 from gym_server.sessions.metrics import SessionMetrics
+from gym_server.sessions.task_choice import choose_and_compare
 from gym_server.store.records import (
     DEFAULT_TENANT,
     INLINE_TASK_KEY,
@@ -62,9 +62,6 @@ __all__ = [
     "RecordSink",
     "SessionManager",
     "StepResult",
-    "choose_task",
-    "run_verifier",
-    "step_with_deadline",
 ]
 
 log = logging.getLogger(__name__)
@@ -201,7 +198,7 @@ class SessionManager:
             # In a thread: a generated dataset makes the task now (reasoning-gym's generators are CPU work,
             # and a level not yet used builds its generator), which the shared event loop must not run.
             chosen, seed, inline = await asyncio.to_thread(
-                _choose_and_compare, entry, task_id=task_id, task=task, split=split, seed=seed
+                choose_and_compare, entry, task_id=task_id, task=task, split=split, seed=seed
             )
             check_episode(run=run, task_id=chosen.id, policy=policy)
             metadata = dict(metadata or {})
@@ -579,79 +576,3 @@ class SessionManager:
             created_at=session.created_at,
             finished_at=utcnow() if finished else None,
         )
-
-
-def _choose_and_compare(
-    entry: EnvironmentEntry,
-    *,
-    task_id: str | None,
-    task: Task | dict[str, Any] | None,
-    split: str | None,
-    seed: int | None,
-) -> tuple[Task, int | None, bool]:
-    """`choose_task`, and whether the chosen task is inline (not its dataset's task of that id).
-
-    Both may generate tasks (CPU work), so the manager runs this in a thread.
-    """
-    chosen, chosen_seed = choose_task(entry, task_id=task_id, task=task, split=split, seed=seed)
-    inline = task is not None and entry.dataset.get(chosen.id) != chosen
-    return chosen, chosen_seed, inline
-
-
-def choose_task(
-    entry: EnvironmentEntry,
-    *,
-    task_id: str | None,
-    task: Task | dict[str, Any] | None,
-    split: str | None,
-    seed: int | None,
-) -> tuple[Task, int | None]:
-    """A session's task and seed: the named task, an inline one (checked by its environment), or, with
-    neither, one drawn from `split` by the seed; a draw without a seed gets a random one, which the
-    session reports and stores like a given seed, so the episode can be replayed."""
-    if isinstance(task, Task):
-        return task, seed
-    if task is not None:
-        return entry.cls.inline_task(task), seed
-    if task_id is not None:
-        return entry.task(task_id), seed
-    if seed is None:
-        seed = secrets.randbelow(2**63)
-    return entry.draw(split, seed), seed
-
-
-async def step_with_deadline(env: Environment, message: dict[str, Any], limits: LimitSettings) -> StepOutcome:
-    """One step under one deadline: `tool_timeout_s` for each tool call it runs, plus one for the rest.
-
-    A single deadline per step, not one per tool call, keeps the hot path to one timer; a tool that
-    overruns it is an environment fault (the caller records `env_error`), whereas a sandboxed tool
-    reports its own timeout to the model as a tool message.
-    """
-    calls = min(len(message.get("tool_calls") or []), limits.max_tool_calls_per_turn)
-    async with asyncio.timeout(limits.tool_timeout_s * (calls + 1)):
-        return await env.step(message, tool_timeout_s=math.inf, max_tool_calls=limits.max_tool_calls_per_turn)
-
-
-async def run_verifier(env: Environment, timeout_s: float) -> VerifyResult:
-    """Run a verifier with a deadline; a timeout or crash becomes a failure class, not an error.
-
-    Raises:
-        AtCapacity: no sandbox was free for it (within the queueing wait): not a score, so the caller
-            answers 429 or tries again later.
-    """
-    try:
-        async with asyncio.timeout(timeout_s):
-            result = await env.verify()
-    except AtCapacity:
-        raise
-    except TimeoutError:
-        return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_TIMEOUT, info={"timeout_s": timeout_s})
-    except Exception as exc:
-        log.exception("verifier of %s failed", env.name)
-        return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_ERROR, info={"error": type(exc).__name__})
-    scores = [result.reward, *result.components.values()]
-    if not all(math.isfinite(score) for score in scores):
-        # NaN or infinity would poison a training batch (and JSON cannot carry it): no signal instead.
-        log.error("verifier of %s returned a non-finite score: %s", env.name, scores)
-        return VerifyResult(reward=0.0, failure=FailureClass.VERIFY_ERROR, info={"error": "non-finite score"})
-    return result

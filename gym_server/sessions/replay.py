@@ -18,7 +18,7 @@ from gym_server.sandbox.admission import queueing
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
-from gym_server.sessions.manager import run_verifier, step_with_deadline
+from gym_server.sessions.deadlines import run_verifier, step_with_deadline
 from gym_server.store.records import FailureClass
 
 __all__ = ["verify_transcript"]

@@ -14,8 +14,8 @@ from gym_server.core.problems import StrictJsonRoute, problem_body
 from gym_server.core.settings import Settings
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
-from gym_server.sessions.manager import choose_task
 from gym_server.sessions.replay import verify_transcript
+from gym_server.sessions.task_choice import choose_task
 
 router = APIRouter(prefix="/v1/verify", tags=["verify"], route_class=StrictJsonRoute)
 
