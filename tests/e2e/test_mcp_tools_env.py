@@ -44,17 +44,36 @@ if not (TOOLS_DIR / "mcp-server-time" / "mcp_server_time").is_dir():
 
 
 def server_pids() -> set[int]:
-    """Host pids of running `mcp_server_time` processes (what a sandbox started, seen from outside)."""
-    found: set[int] = set()
+    """Host pids of running `mcp_server_time` processes that this test process started (through its gym
+    server and that server's sandboxes), seen from outside.
+
+    Only descendants count: under xdist another worker's test runs its own MCP servers at the same time.
+    """
+    argvs: dict[int, list[bytes]] = {}
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if SERVER_MODULE in argv and not argv[0].endswith(b"bwrap"):
-                found.add(int(entry.name))
-    return found
+            pid = int(entry.name)
+            argvs[pid] = argv
+            parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state letter
+
+    def descends_from_this_test(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return {
+        pid
+        for pid, argv in argvs.items()
+        if SERVER_MODULE in argv and not argv[0].endswith(b"bwrap") and descends_from_this_test(pid)
+    }
 
 
 @pytest.fixture(scope="module")
