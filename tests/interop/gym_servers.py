@@ -57,7 +57,9 @@ class Gym:
         key = key or self.key
         request = urllib.request.Request(f"{self.url}{path}", headers=bearer(key) if key else {})
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            # generous: an environment's first catalog request loads it, which on a loaded 2-core CI
+            # machine (interop beside the stack test) took more than 10 s
+            with urllib.request.urlopen(request, timeout=60) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, json.loads(exc.read() or b"null")
