@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cputime
 import httpx
 import psycopg
 import pytest
@@ -25,6 +26,15 @@ from rich.console import Console, ConsoleDimensions
 from gym_server.app import create_app
 from gym_server.core.settings import Settings
 from gym_server.sdk.registry import Registry
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    cputime.add_option(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cputime.register(config)
+
 
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
