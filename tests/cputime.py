@@ -46,8 +46,8 @@ class CpuTime:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
-            if name == "cpu_s":
-                self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + float(value)
+            if name == "cpu_s" and isinstance(value, float | int):
+                self.per_test[report.nodeid] = self.per_test.get(report.nodeid, 0.0) + value
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.top or not self.per_test:
