@@ -20,7 +20,7 @@ TEST_WORKERS ?= 4
 # time; `make install` (or deleting var/.stamps) forces it.
 STAMPS := var/.stamps/$(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])')
 
-.PHONY: demo demo-smollm2 serve test test-latest lint lock install install-dev install-trl interop mcp-tools wheel
+.PHONY: demo demo-smollm2 serve test check test-latest lint lock install install-dev install-trl interop mcp-tools wheel
 
 install:
 	$(PIP_INSTALL) -e .
@@ -80,9 +80,15 @@ mcp-tools:
 
 ## Lint, type-check and run every test (needs the PostgreSQL on loopback; see .ci/ensure-services.sh)
 test: install-dev mcp-tools
+	$(MAKE) check
+
+## `make test` without its installs: CI installs first, then runs this beside the stack and interop tests.
+## --dist loadgroup hands tests out in collection order, the `heavy` ones first (tests/conftest.py);
+## --cpu-top lists the tests that cost the most CPU, the measure that counts on 2 shared cores.
+check:
 	bash .ci/ensure-services.sh
 	$(MAKE) lint
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=50
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --durations=50 --cpu-top=50
 
 ## Each peer's tests (tests/interop/<peer>) in that peer's own venv (built once per requirements hash under
 ## ~/.cache/gym-server/interop, linked as var/interop/<peer>), against real gym servers run from this

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cputime
 import httpx
 import psycopg
 import pytest
@@ -25,6 +26,23 @@ from rich.console import Console, ConsoleDimensions
 from gym_server.app import create_app
 from gym_server.core.settings import Settings
 from gym_server.sdk.registry import Registry
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    cputime.add_option(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cputime.register(config)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `heavy` first, the rest in collection order. Under `--dist loadgroup` pytest-xdist
+    hands tests out in this order (two to each worker, then one to whichever worker is free), so every
+    heavy test starts at once; one that started late ran on alone at the end, single-threaded on one of
+    CI's 2 cores (docs/decisions.md, "CI")."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+
 
 POSTGRES_ADMIN = os.environ.get("GYM_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -57,20 +75,32 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
     return Settings(**base)
 
 
+# Set in os.environ for the whole session, so the servers, CLIs and scripts that tests start inherit them.
+SUITE_ENVIRONMENT = {
+    # Servers and apps skip the start-up warm-up of every environment: with reasoning-gym installed it
+    # costs each server start 3-10 s of CPU, hundreds of starts in the suite. First use still runs off the
+    # event loop, which `tests/test_event_loop_guard.py` checks in this mode; a test of the warm-up itself
+    # names its mode.
+    "GYM_CATALOG_WARMUP": "off",
+    # One OpenMP thread for torch in the processes tests start (examples/train_grpo_trl.py, the policy
+    # server): the tiny model gains nothing from a second thread, and on CI's 2 shared cores OpenMP's
+    # spinning threads cost 10-20x the CPU (docs/decisions.md, "CI"). In-process torch is set to one thread
+    # by tests/trainer_adapters/conftest.py, as torch may already be imported here.
+    "OMP_NUM_THREADS": "1",
+}
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _no_catalog_warmup() -> Iterator[None]:
-    """Servers and apps the tests start skip the start-up warm-up of every environment
-    (`GYM_CATALOG_WARMUP=off`): with reasoning-gym installed it costs each server start 3-10 s of CPU,
-    hundreds of starts in the suite.
-    First use still runs off the event loop, which `tests/test_event_loop_guard.py` checks in this mode; a
-    test of the warm-up itself names its mode. Set in os.environ so the processes tests start inherit it."""
-    before = os.environ.get("GYM_CATALOG_WARMUP")
-    os.environ["GYM_CATALOG_WARMUP"] = "off"
+def _suite_environment() -> Iterator[None]:
+    """SUITE_ENVIRONMENT in os.environ for the session, each variable restored after it."""
+    before = {name: os.environ.get(name) for name in SUITE_ENVIRONMENT}
+    os.environ.update(SUITE_ENVIRONMENT)
     yield
-    if before is None:
-        os.environ.pop("GYM_CATALOG_WARMUP", None)
-    else:
-        os.environ["GYM_CATALOG_WARMUP"] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

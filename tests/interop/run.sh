@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the peers' interop tests (tests/interop/README.md): `run.sh [PEER...]`, every peer when none is named.
+# Run the peers' interop tests (tests/interop/README.md): `run.sh [PEER...]`, every peer when none is named;
+# `run.sh --install [PEER...]` only installs the gym extras those peers need (CI does it before anything runs).
 # Each peer gets its venv from its pinned requirements*.txt, with the interpreter its `python-version` file
 # names (a pyenv version; the default python3 without one). The venv lives in a cache outside the checkout
 # ($GYM_CI_CACHE, default ~/.cache/gym-server), keyed by a hash of those files and the interpreter: it is
@@ -22,6 +23,8 @@ CACHE=${GYM_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gym-server}/interop
 mkdir -p "$CACHE" 2>/dev/null && [ -w "$CACHE" ] || CACHE=var/interop-cache
 mkdir -p "$CACHE" var/interop
 
+install_only=0
+[ "${1:-}" != --install ] || { install_only=1; shift; }
 peers=("$@")
 if [ ${#peers[@]} -eq 0 ]; then
     for dir in tests/interop/*/; do [ -f "$dir/requirements.txt" ] && peers+=("$(basename "$dir")"); done
@@ -96,6 +99,7 @@ elif "$PYTHON" .ci/installed.py "$extras" "$LOCK"; then
 else
     "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"
 fi
+[ "$install_only" = 0 ] || exit 0
 
 # run_peer PEER LOG: the venv, then the tests; the exit status is the tests'.
 run_peer() {

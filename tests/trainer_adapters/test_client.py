@@ -177,6 +177,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 async def test_a_thousand_concurrent_sessions(
     server_factory: Callable[..., ServerProcess], sqlite_url: str
 ) -> None:

@@ -33,6 +33,7 @@ def run_demo(*args: str) -> Any:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     mlflow = pytest.importorskip("mlflow")

