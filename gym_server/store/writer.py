@@ -110,9 +110,13 @@ class _WriterConnection:
                 connection.close()
 
 
-def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if not future.done():
-        future.set_exception(error) if error else future.set_result(None)
+_Outcome = tuple[asyncio.Future[None], BaseException | None]  # a future and the error to set, if any
+
+
+def _settle_futures(outcomes: builtins.list[_Outcome]) -> None:
+    for future, error in outcomes:
+        if not future.done():
+            future.set_exception(error) if error else future.set_result(None)
 
 
 class TrajectoryStore:
@@ -519,10 +523,7 @@ class TrajectoryStore:
         refused = None
         if not written:
             refused = StoreRefused(f"the database refused trajectory {batch[0].record.id!r}: {error}")
-        for waiter in ready:
-            self._resolve(waiter, None)
-        for waiter in committed:
-            self._resolve(waiter, refused)
+        self._resolve([(waiter, None) for waiter in ready] + [(waiter, refused) for waiter in committed])
 
     def _release_waiters(self) -> None:
         """On thread exit: fail the flush() callers whose records could not be written."""
@@ -534,10 +535,14 @@ class TrajectoryStore:
         if left:
             log.error("trajectory writer stopped with %d trajectories unwritten: %s", left, self._last_error)
         error = StoreUnavailable(f"the store stopped with {left} trajectories unwritten: {self._last_error}")
-        for waiter in waiters:
-            self._resolve(waiter, error)
+        self._resolve([(waiter, error) for waiter in waiters])
 
     @staticmethod
-    def _resolve(waiter: _Waiter, error: BaseException | None) -> None:
-        with contextlib.suppress(RuntimeError):  # the waiting loop is closed; nobody is left to tell
-            waiter.loop.call_soon_threadsafe(_settle_future, waiter.future, error)
+    def _resolve(outcomes: builtins.list[tuple[_Waiter, BaseException | None]]) -> None:
+        """Settle the waiters' futures on their loops: one wake-up per loop for a batch, not one each."""
+        by_loop: dict[asyncio.AbstractEventLoop, builtins.list[_Outcome]] = {}
+        for waiter, error in outcomes:
+            by_loop.setdefault(waiter.loop, []).append((waiter.future, error))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the waiting loop is closed; nobody is left to tell
+                loop.call_soon_threadsafe(_settle_futures, settled)
