@@ -13,6 +13,8 @@ pointing at it; the same interpreter and packages for both), each on its own SQL
 to the server core with this load generator on the other core. Every round measures every concurrency
 on both servers back to back, alternating which goes first (ABBA), so drift touches both alike; the
 table gives each round's rates, the ratio of the medians, and the load average when each level ended.
+It also gives the server's CPU time per request (from /proc, over the measured window): unlike steps/s,
+it barely moves when other processes take the core, so on a busy machine it is the steadier comparison.
 The workload is `sessions.py`'s: C clients each looping over episodes of the `counter` environment
 (create, K steps, verify, close) on one keep-alive connection.
 """
@@ -126,18 +128,23 @@ def print_table(base: Side, head: Side, args: argparse.Namespace, loads: dict[in
     for column in ("clients", f"{args.against} steps/s", f"{HEAD} steps/s", "ratio (medians)"):
         table.add_column(column, justify="right")
     table.add_column(f"step p50 {args.against} → {HEAD}", justify="right")
+    table.add_column("server CPU µs/request", justify="right")
+    table.add_column("CPU ratio", justify="right")
     table.add_column("load 1 min", justify="right")
     table.add_column("errors", justify="right")
     for clients in args.clients:
         before, after = base.levels[clients], head.levels[clients]
         ratio = statistics.median(_rates(after)) / statistics.median(_rates(before))
         p50 = [fmt_ms(statistics.median(lv.p("step", 50) for lv in levels)) for levels in (before, after)]
+        cpu = [statistics.median(lv.server_us_per_request for lv in levels) for levels in (before, after)]
         table.add_row(
             str(clients),
             ", ".join(f"{rate:,.0f}" for rate in _rates(before)),
             ", ".join(f"{rate:,.0f}" for rate in _rates(after)),
             f"[bold]{ratio:.2f}[/]",
             f"{p50[0]} → {p50[1]} ms",
+            f"{cpu[0]:,.0f} → {cpu[1]:,.0f}",
+            f"{cpu[1] / cpu[0]:.2f}",
             "-".join(sorted({min(loads[clients]), max(loads[clients])})),
             str(sum(sum(level.errors.values()) for level in before + after)),
         )
