@@ -62,6 +62,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def gym_env(port: int, database_url: str, max_sessions: int) -> dict[str, str]:
+    """This process's environment plus the GYM_* settings every benchmarked gym server runs with.
+
+    The catalog's warm-up is off: in the background it would import every environment on the server's
+    pinned core during the first levels; the counter environment's own first use falls in the warm-up.
+    """
+    env = dict(os.environ)
+    env.update(
+        {
+            "GYM_HOST": HOST,
+            "GYM_PORT": str(port),
+            "GYM_DATABASE_URL": database_url,
+            "GYM_SERVER_NAME": "bench",
+            "GYM_LOG_LEVEL": "warning",
+            "GYM_CATALOG_WARMUP": "off",
+            "GYM_SESSIONS__MAX_SESSIONS": str(max(10_000, max_sessions)),
+        }
+    )
+    return env
+
+
 def pin(pid: int, core: int) -> bool:
     """Pin a process to one core when the machine has it; returns whether it did."""
     if (os.cpu_count() or 1) <= core:

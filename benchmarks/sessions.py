@@ -28,7 +28,8 @@ The pieces: `_sessions_system.py` (machine, pinning, /proc readings, child proce
 `_sessions_report.py` (console tables and the docs section); this script parses the flags and runs them.
 
 Every loop is bounded in count and time; the server and the stub are stopped on exit, error or Ctrl-C.
-Run `python benchmarks/sessions.py --quick` for a smoke run, `--write-docs` to update docs/benchmarks.md.
+Run `python benchmarks/sessions.py --quick` for a smoke run, `--write-docs` to update docs/benchmarks.md;
+`sessions_against.py --against <git ref>` runs this workload on that ref and the working tree side by side.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from _sessions_system import (
     SERVER_CORE,
     ManagedProcess,
     free_port,
+    gym_env,
     machine_description,
     pin,
     proc_rss_mb,
@@ -197,17 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gym-bench-") as workdir:
         args.workdir = workdir
         port = args.port or free_port()
-        env = dict(os.environ)
-        env.update(
-            {
-                "GYM_HOST": HOST,
-                "GYM_PORT": str(port),
-                "GYM_DATABASE_URL": args.database_url or f"sqlite:///{workdir}/bench.db",
-                "GYM_SERVER_NAME": "bench",
-                "GYM_LOG_LEVEL": "warning",
-                "GYM_SESSIONS__MAX_SESSIONS": str(max(10_000, args.sessions_held + max(args.clients) + 100)),
-            }
-        )
+        database_url = args.database_url or f"sqlite:///{workdir}/bench.db"
+        env = gym_env(port, database_url, args.sessions_held + max(args.clients) + 100)
         log = Path(args.server_log) if args.server_log else Path(workdir) / "server.log"
         server = ManagedProcess(
             "gym-server",

@@ -132,6 +132,17 @@ class Dataset:
         """Task `index` of `split` (a generated dataset makes just that one)."""
         return self.tasks(split)[index]
 
+    def indexed(self, task_id: str) -> Task | None:
+        """What `get(task_id)` answers when that is a lookup in an index already in memory, else None.
+
+        Safe on the event loop (no file read, no generation), so a create naming a known task of a
+        loaded dataset skips the worker thread; None sends the caller to `get` in a thread. A subclass
+        with its own `get` (a generated dataset) always answers None.
+        """
+        if self._splits is None or type(self).get is not Dataset.get:
+            return None
+        return self._by_id.get(task_id)
+
     def files(self) -> list[Path]:
         return sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []
 

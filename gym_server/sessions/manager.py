@@ -197,9 +197,14 @@ class SessionManager:
         try:
             # In a thread: a generated dataset makes the task now (reasoning-gym's generators are CPU work,
             # and a level not yet used builds its generator), which the shared event loop must not run.
-            chosen, seed, inline = await asyncio.to_thread(
-                choose_and_compare, entry, task_id=task_id, task=task, split=split, seed=seed
-            )
+            # A named task of a loaded JSONL dataset is a dict lookup: no thread hop on the hot path.
+            known = entry.dataset.indexed(task_id) if task_id is not None and task is None else None
+            if known is not None:
+                chosen, inline = known, False
+            else:
+                chosen, seed, inline = await asyncio.to_thread(
+                    choose_and_compare, entry, task_id=task_id, task=task, split=split, seed=seed
+                )
             check_episode(run=run, task_id=chosen.id, policy=policy)
             metadata = dict(metadata or {})
             metadata.pop(INLINE_TASK_KEY, None)

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import ColumnElement, Executable, Row, Select, func, select, update
+from sqlalchemy import ColumnElement, Connection, Executable, Row, Select, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -122,15 +122,17 @@ def row_to_record(row: Row[Any]) -> TrajectoryRecord:
     return TrajectoryRecord.model_validate(row._asdict())
 
 
-def upsert_trajectories(session: Session, records: Iterable[TrajectoryRecord]) -> int:
+def upsert_trajectories(bind: Session | Connection, records: Iterable[TrajectoryRecord]) -> int:
     """Insert each record, or overwrite every column of the row with its id; returns how many were sent.
 
-    Ids must be unique within one call (the writer coalesces them before).
+    Ids must be unique within one call (the writer coalesces them before). `bind` is an ORM session or,
+    as in the writer thread, a Core connection (no ORM bookkeeping around the one statement).
     """
     rows = [record_to_row(record) for record in records]
     if not rows:
         return 0
-    session.execute(_upsert_statement(session.get_bind().dialect.name), rows)
+    dialect = bind.dialect if isinstance(bind, Connection) else bind.get_bind().dialect
+    bind.execute(_upsert_statement(dialect.name), rows)
     return len(rows)
 
 

@@ -8,6 +8,11 @@ both land in the same window. An acknowledgement waits for its row with `committ
 once, and every waiter of a batch is released after that batch's one transaction (group commit), so a
 2xx means committed while a burst of closes still costs one commit, not one each.
 
+The writer thread keeps one Core connection open between batches instead of checking one out of the pool
+(with its pre-ping `SELECT 1`) into an ORM session per batch: that bookkeeping cost about half the CPU of a
+one-row commit, and an episode pays for two acknowledged commits (docs/benchmarks.md). A connection that
+fails is dropped; the next batch opens (and pings) a fresh one.
+
 Failures are sorted by cause. When the database cannot be reached (connection refused, file locked, disk
 full) the rows stay queued, `healthy` turns False with the error, and the thread retries with exponential
 backoff, so an outage delays trajectories but never drops them. A record the database rejects for its own
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -79,9 +84,39 @@ class _Refused:
     error: str
 
 
-def _settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if not future.done():
-        future.set_exception(error) if error else future.set_result(None)
+class _WriterConnection:
+    """The writer thread's connection: opened on first use, kept across batches, dropped on any error."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._connection: Connection | None = None
+
+    def upsert(self, records: builtins.list[TrajectoryRecord]) -> None:
+        """Write `records` in one transaction and commit it; on any error roll back, drop the connection."""
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = self._engine.connect()
+        try:
+            repository.upsert_trajectories(connection, records)
+            connection.commit()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(SQLAlchemyError):  # a dead connection: the pool discards it
+                connection.close()
+
+
+_Outcome = tuple[asyncio.Future[None], BaseException | None]  # a future and the error to set, if any
+
+
+def _settle_futures(outcomes: builtins.list[_Outcome]) -> None:
+    for future, error in outcomes:
+        if not future.done():
+            future.set_exception(error) if error else future.set_result(None)
 
 
 class TrajectoryStore:
@@ -406,7 +441,7 @@ class TrajectoryStore:
 
     def _run(self) -> None:
         engine = make_engine(self._url)
-        sessions = sessionmaker(engine)
+        link = _WriterConnection(engine)
         backoff = 0.0  # seconds until the next retry while the database is down; 0 when healthy
         try:
             while True:
@@ -418,7 +453,7 @@ class TrajectoryStore:
                         break
                     self._wake.wait(min(backoff, remaining))
                 self._wake.clear()
-                if self._drain(sessions):
+                if self._drain(link):
                     backoff = 0.0
                     if self._stopping.is_set() and not self._queue:
                         break
@@ -429,23 +464,23 @@ class TrajectoryStore:
             log.exception("trajectory writer thread crashed")
             raise
         finally:
+            link.close()
             engine.dispose()
             self._release_waiters()
 
-    def _drain(self, sessions: sessionmaker[Session]) -> bool:
+    def _drain(self, link: _WriterConnection) -> bool:
         """Write every queued batch; False when the database went away (the rest stays queued)."""
         while True:
             with self._lock:
                 batch = list(itertools.islice(self._queue.values(), self._batch_size))
             if not batch:
                 return True
-            if not self._write(sessions, batch):
+            if not self._write(link, batch):
                 return False
 
-    def _write(self, sessions: sessionmaker[Session], batch: builtins.list[_Pending]) -> bool:
+    def _write(self, link: _WriterConnection, batch: builtins.list[_Pending]) -> bool:
         try:
-            with sessions.begin() as session:
-                repository.upsert_trajectories(session, (entry.record for entry in batch))
+            link.upsert([entry.record for entry in batch])
         except Exception as exc:
             if is_outage(exc):
                 if self._last_error is None:
@@ -455,7 +490,7 @@ class TrajectoryStore:
                 self._last_error = describe_error(exc)
                 return False
             if len(batch) > 1:  # find the offending record(s); the others go through
-                return all(self._write(sessions, [entry]) for entry in batch)
+                return all(self._write(link, [entry]) for entry in batch)
             log.error(
                 "trajectory %r rejected by the database, skipped: %s", batch[0].record.id, describe_error(exc)
             )
@@ -488,10 +523,7 @@ class TrajectoryStore:
         refused = None
         if not written:
             refused = StoreRefused(f"the database refused trajectory {batch[0].record.id!r}: {error}")
-        for waiter in ready:
-            self._resolve(waiter, None)
-        for waiter in committed:
-            self._resolve(waiter, refused)
+        self._resolve([(waiter, None) for waiter in ready] + [(waiter, refused) for waiter in committed])
 
     def _release_waiters(self) -> None:
         """On thread exit: fail the flush() callers whose records could not be written."""
@@ -503,10 +535,14 @@ class TrajectoryStore:
         if left:
             log.error("trajectory writer stopped with %d trajectories unwritten: %s", left, self._last_error)
         error = StoreUnavailable(f"the store stopped with {left} trajectories unwritten: {self._last_error}")
-        for waiter in waiters:
-            self._resolve(waiter, error)
+        self._resolve([(waiter, error) for waiter in waiters])
 
     @staticmethod
-    def _resolve(waiter: _Waiter, error: BaseException | None) -> None:
-        with contextlib.suppress(RuntimeError):  # the waiting loop is closed; nobody is left to tell
-            waiter.loop.call_soon_threadsafe(_settle_future, waiter.future, error)
+    def _resolve(outcomes: builtins.list[tuple[_Waiter, BaseException | None]]) -> None:
+        """Settle the waiters' futures on their loops: one wake-up per loop for a batch, not one each."""
+        by_loop: dict[asyncio.AbstractEventLoop, builtins.list[_Outcome]] = {}
+        for waiter, error in outcomes:
+            by_loop.setdefault(waiter.loop, []).append((waiter.future, error))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the waiting loop is closed; nobody is left to tell
+                loop.call_soon_threadsafe(_settle_futures, settled)
