@@ -103,7 +103,7 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
             cleaned.append(kept)
         return cleaned
 
-    rows = pq.read_table(path).to_pylist()
+    rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
     for row in rows:
         for column in ("messages", "prompt", "chosen", "rejected"):
             if column in row:
