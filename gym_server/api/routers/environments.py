@@ -12,6 +12,7 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
 from gym_server.api.deps import RegistryDep, StoreDep
 from gym_server.api.schemas import DatasetInfo, EnvironmentInfo, EnvironmentList, TaskPage
@@ -21,6 +22,12 @@ from gym_server.sdk.tasks import Dataset
 from gym_server.sessions.curriculum import Curriculum, TaskChoice, curriculum_for
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
+
+
+class CurriculumQuery(TaskChoice):
+    """The curriculum route's query: a task choice and the split it weighs (unknown parameters: 422)."""
+
+    split: str | None = Field(None, min_length=1, max_length=64, description="default train, else the first")
 
 
 def describe(entry: EnvironmentEntry) -> EnvironmentInfo:
@@ -89,15 +96,15 @@ async def get_curriculum(
     env: str,
     registry: RegistryDep,
     store: StoreDep,
-    choice: Annotated[TaskChoice, Query()],
-    split: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    query: Annotated[CurriculumQuery, Query()],
 ) -> Curriculum:
     """The tasks of a split that `rule` keeps for `policy`, with their weights and pass rates (the rule is
     docs/curriculum.md); with no history, every task at weight 1 and `fallback` saying why."""
     entry = registry.get(env)
     tenant = current_tenant.get()
+    choice = TaskChoice.model_validate(query.model_dump(exclude={"split"}))
     return await store.read(
-        lambda session: curriculum_for(session, entry, split, choice, choice.policy, tenant)
+        lambda session: curriculum_for(session, entry, query.split, choice, choice.policy, tenant)
     )
 
 
