@@ -192,23 +192,14 @@ def curriculum_for(
     return weigh_tasks(entry.name, name, task_ids, passes, choice, policy)
 
 
-def choose_by_pass_rate(
-    session: Session,
-    entry: EnvironmentEntry,
-    split: str | None,
-    choice: TaskChoice,
-    policy: str | None,
-    tenant: str | None,
-    seed: int,
-) -> CurriculumDraw:
-    """`curriculum_for`, then one task drawn from it by `seed` (a session's task at create)."""
-    curriculum = curriculum_for(session, entry, split, choice, policy, tenant)
+def choose_by_pass_rate(curriculum: Curriculum, seed: int) -> CurriculumDraw:
+    """One task drawn from `curriculum` by `seed`, and how it was chosen (a session's task at create)."""
     chosen = draw_task(curriculum, seed)
     return CurriculumDraw(
         task_id=chosen.task_id,
         requested=curriculum.requested,
         rule=curriculum.rule,
-        policy=policy,
+        policy=curriculum.policy,
         run=curriculum.run,
         fallback=curriculum.fallback,
         pass_rate=chosen.pass_rate,

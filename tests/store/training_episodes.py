@@ -14,11 +14,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
+from store.test_export import store_records
 
-from gym_server.store.migrate import make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
-from gym_server.store.repository import upsert_trajectories
 
 TOOLS = [
     {
@@ -107,10 +105,5 @@ def known_episodes() -> list[TrajectoryRecord]:
 
 def store_known_episodes(url: str) -> list[TrajectoryRecord]:
     records = known_episodes()
-    engine = make_engine(url)
-    try:
-        with Session(engine) as session, session.begin():
-            upsert_trajectories(session, records)
-    finally:
-        engine.dispose()
+    store_records(url, records)
     return records

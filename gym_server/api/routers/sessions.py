@@ -36,7 +36,7 @@ from gym_server.core.errors import GymError, InvalidRequest
 from gym_server.core.problems import StrictJsonRoute, on_gym_error, parse_body
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
-from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice, choose_by_pass_rate
+from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice, choose_by_pass_rate, curriculum_for
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
@@ -113,7 +113,9 @@ async def _by_curriculum(
     entry = registry.get(body.env)
     tenant = current_tenant.get()
     chosen = await store.read(
-        lambda session: choose_by_pass_rate(session, entry, body.split, choice, policy, tenant, seed)
+        lambda session: choose_by_pass_rate(
+            curriculum_for(session, entry, body.split, choice, policy, tenant), seed
+        )
     )
     update = {"task_id": chosen.task_id, "seed": seed, "split": None, "task_choice": None}
     return body.model_copy(update=update), chosen
