@@ -311,6 +311,10 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/environments"): _gets("/v1/environments"),
     # The first request for a reasoning-gym environment's tasks (45 s on the loop before), the largest page.
     ("GET", "/v1/environments/{env:path}/tasks"): _gets(f"/v1/environments/{RG}/tasks", limit=1000),
+    # The curriculum of a reasoning-gym split: every task of the split made (first use) and weighed.
+    ("GET", "/v1/environments/{env:path}/curriculum"): _gets(
+        f"/v1/environments/{RG}/curriculum", rule="difficulty", policy="tiny"
+    ),
     ("GET", "/v1/environments/{env:path}"): _gets(f"/v1/environments/{RG}"),
     ("POST", "/v1/sessions"): _create_session,
     ("POST", "/v1/sessions/{session_id}/step"): _step,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.messages import Message, check_text
+from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice
 from gym_server.store.records import NAME_MAX_CHARS, TrajectoryRecord
 
 __all__ = [
@@ -108,6 +109,13 @@ class CreateSessionRequest(TaskRef):
     )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    task_choice: TaskChoice | None = Field(
+        None,
+        description=(
+            "with neither task_id nor task: draw the task by the policy's pass rates in the store "
+            '(docs/curriculum.md), e.g. `{"rule": "frontier", "min_pass": 0.1, "max_pass": 0.9}`'
+        ),
+    )
 
     @model_validator(mode="after")
     def _task_or_draw(self) -> CreateSessionRequest:
@@ -115,6 +123,8 @@ class CreateSessionRequest(TaskRef):
             raise ValueError("give at most one of task_id or task (neither: a task is drawn by seed)")
         if self.split is not None and (self.task_id is not None or self.task is not None):
             raise ValueError("split picks the split a task is drawn from; give it without task_id and task")
+        if self.task_choice is not None and (self.task_id is not None or self.task is not None):
+            raise ValueError("task_choice draws the task; give it without task_id and task")
         return self
 
 
@@ -128,6 +138,9 @@ class SessionCreated(BaseModel):
     tools: list[dict[str, Any]]
     max_turns: int
     expires_at: datetime
+    task_choice: CurriculumDraw | None = Field(
+        None, description="present when the request gave task_choice: how the task was chosen"
+    )
 
 
 class StepRequest(BaseModel):

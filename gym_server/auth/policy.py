@@ -6,7 +6,8 @@ assets. Everything else needs a valid key; the scope by area:
   (`POST /v1/rollouts`), and the protocol facades under `/v1/environments/{env}/{mcp,openenv,nemo-gym}`;
 - `read`: stored rollouts and run boards (`GET /v1/rollouts...`), `/metrics`, `/ui`;
 - `admin`: re-scoring (`POST /v1/rollouts/{id}/reverify`) and any deletion of stored rollouts;
-- any scope: the environment catalog (`/v1/environments`, tasks), which every client needs to start.
+- any scope: the environment catalog (`/v1/environments`, tasks), which every client needs to start, and
+  its curriculum (`/v1/environments/{env}/curriculum`), which reads the caller's own tenant's pass rates.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -22,8 +22,10 @@ from gym_server.cli.db import DatabaseUrlOption, fail, resolve_database_url
 from gym_server.store.export import UnknownExportFormat, export_trajectories, format_for
 from gym_server.store.migrate import mask_url
 from gym_server.store.records import TrajectoryStatus
+from gym_server.store.repository import TrajectoryFilter
+from gym_server.store.training_sets import NothingToExport, TrainingSet, export_training_set
 
-__all__ = ["ExportFormat", "export"]
+__all__ = ["ExportFormat", "ExportKind", "export"]
 
 console = Console(stderr=True)  # progress and summary on stderr, so stdout stays clean for scripts
 
@@ -34,6 +36,14 @@ class ExportFormat(StrEnum):
     JSONL = "jsonl"
     CSV = "csv"
     PARQUET = "parquet"
+
+
+class ExportKind(StrEnum):
+    """What `export` writes: the raw trajectories, or a training set made from them."""
+
+    TRAJECTORIES = "trajectories"
+    SFT = "sft"  # the best episode per task: `messages` + `tools`, for TRL's SFTTrainer
+    PREFERENCE = "preference"  # chosen/rejected pairs of one task: for TRL's DPOTrainer
 
 
 def export(
@@ -53,13 +63,35 @@ def export(
     status: Annotated[TrajectoryStatus | None, typer.Option(help="Only trajectories in this state.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's (API keys' tenants).")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many, newest first.")] = None,
+    kind: Annotated[
+        ExportKind, typer.Option(help="Raw trajectories, or an SFT or preference (DPO) training set.")
+    ] = ExportKind.TRAJECTORIES,
+    policy: Annotated[str | None, typer.Option(help="Only this policy model (training sets).")] = None,
+    min_reward: Annotated[float, typer.Option(help="sft: the lowest reward a demonstration may have.")] = 1.0,
+    min_margin: Annotated[
+        float, typer.Option(min=0.0, help="preference: the smallest reward gap of a pair.")
+    ] = 0.5,
 ) -> None:
-    """Export stored trajectories (newest first) to a JSONL, CSV or Parquet file."""
+    """Export stored trajectories (newest first) to a JSONL, CSV or Parquet file, or an SFT or preference
+    training set made from them."""
     try:
         fmt = fmt or ExportFormat(format_for(output))
     except UnknownExportFormat as exc:
         raise typer.BadParameter(str(exc), param_hint="OUTPUT") from exc
     url = resolve_database_url(database_url)
+    if kind is not ExportKind.TRAJECTORIES:
+        if fmt is ExportFormat.CSV or status is not None or limit is not None:
+            raise typer.BadParameter(
+                "a training set is written as jsonl or parquet, from completed trajectories, without --limit",
+                param_hint="--kind",
+            )
+        where = TrajectoryFilter(run=run, env=env, task_id=task, tenant=tenant, policy=policy)
+        _export_training_set(url, output, kind, fmt, where, min_reward=min_reward, min_margin=min_margin)
+        return
+    if policy is not None:
+        raise typer.BadParameter(
+            "--policy selects a training set's episodes; use it with --kind", param_hint="--policy"
+        )
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -85,4 +117,32 @@ def export(
             raise fail(f"cannot read the trajectory database {mask_url(url)}", exc) from exc
     console.print(
         f"[green]Exported {count} trajectories[/green] as {fmt.value} to [bold]{escape(str(output))}[/bold]"
+    )
+
+
+def _export_training_set(
+    url: str,
+    output: Path,
+    kind: ExportKind,
+    fmt: ExportFormat,
+    where: TrajectoryFilter,
+    *,
+    min_reward: float,
+    min_margin: float,
+) -> None:
+    training_set: TrainingSet = "sft" if kind is ExportKind.SFT else "preference"
+    file_format: Literal["jsonl", "parquet"] = "parquet" if fmt is ExportFormat.PARQUET else "jsonl"
+    try:
+        count = export_training_set(
+            url, output, training_set, file_format, min_reward=min_reward, min_margin=min_margin, where=where
+        )
+    except NothingToExport as exc:
+        console.print(f"[red]{escape(str(exc))}[/red]")
+        raise typer.Exit(1) from exc
+    except SQLAlchemyError as exc:
+        raise fail(f"cannot read the trajectory database {mask_url(url)}", exc) from exc
+    what = "examples" if kind is ExportKind.SFT else "pairs"
+    console.print(
+        f"[green]Exported {count} {kind.value} {what}[/green] as {fmt.value} "
+        f"to [bold]{escape(str(output))}[/bold]"
     )

@@ -112,12 +112,21 @@ class EnvironmentEntry:
         Raises:
             SplitNotFound: no such split, or it holds no tasks.
         """
+        name = self.split_name(split)
+        index = random.Random(f"{self.name}\x00{name}\x00{seed}").randrange(self.dataset.split_sizes()[name])
+        return self.dataset.task_at(name, index)
+
+    def split_name(self, split: str | None) -> str:
+        """The split a draw means: `split`, else `train`, else the dataset's first.
+
+        Raises:
+            SplitNotFound: no such split, or it holds no tasks.
+        """
         sizes = self.dataset.split_sizes()
         name = split if split is not None else ("train" if "train" in sizes else next(iter(sizes), None))
         if name is None or sizes.get(name, 0) == 0:
             raise SplitNotFound(self.name, split, sizes)
-        index = random.Random(f"{self.name}\x00{name}\x00{seed}").randrange(sizes[name])
-        return self.dataset.task_at(name, index)
+        return name
 
 
 class Registry:

@@ -45,6 +45,8 @@ __all__ = [
     "export_trajectories",
     "format_for",
     "parquet_schema",
+    "require_pyarrow",
+    "stream_records",
 ]
 
 ExportFormat = Literal["jsonl", "csv", "parquet"]
@@ -78,7 +80,8 @@ def format_for(path: str | Path) -> ExportFormat:
     return SUFFIXES[suffix]
 
 
-def _pyarrow() -> Any:
+def require_pyarrow() -> Any:
+    """The `pyarrow` module with `pyarrow.parquet` loaded; `MissingExtra` names the `[parquet]` extra."""
     with needs_extras("Parquet export"):
         import pyarrow
         import pyarrow.parquet
@@ -87,7 +90,7 @@ def _pyarrow() -> Any:
 
 def parquet_schema() -> pyarrow.Schema:
     """The Arrow schema of an exported Parquet file: typed scalars, nested fields as JSON strings."""
-    pa = _pyarrow()
+    pa = require_pyarrow()
     timestamp = pa.timestamp("us", tz="UTC")
     types = {"seed": pa.int64(), "reward": pa.float64(), "num_turns": pa.int64()}
     types |= {"created_at": timestamp, "finished_at": timestamp}
@@ -99,7 +102,10 @@ def parquet_schema() -> pyarrow.Schema:
 
 
 @contextmanager
-def _rows(url: str, where: TrajectoryFilter, limit: int | None) -> Iterator[Iterator[TrajectoryRecord]]:
+def stream_records(
+    url: str, where: TrajectoryFilter, limit: int | None = None
+) -> Iterator[Iterator[TrajectoryRecord]]:
+    """The records `where` keeps, newest first, read page by page on an engine of its own."""
     engine = make_engine(url)
     try:
         with Session(engine) as session:
@@ -133,7 +139,7 @@ def _flat_row(record: TrajectoryRecord, mode: Literal["python", "json"] = "pytho
 def _write_parquet(
     records: Iterator[TrajectoryRecord], out_path: Path, progress: Callable[[int], None]
 ) -> int:
-    pa = _pyarrow()
+    pa = require_pyarrow()
     schema = parquet_schema()
     count = 0
     with pa.parquet.ParquetWriter(out_path, schema, compression="zstd") as writer:
@@ -197,9 +203,9 @@ def export_trajectories(
     if fmt not in writers:
         raise UnknownExportFormat(f"unknown export format {fmt!r}; use one of {sorted(writers)}")
     if fmt == "parquet":
-        _pyarrow()  # fail before touching the database or the output file
+        require_pyarrow()  # fail before touching the database or the output file
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status, tenant=tenant)
-    with _rows(url, where, limit) as records:
+    with stream_records(url, where, limit) as records:
         return writers[fmt](records, path, progress or (lambda _count: None))

@@ -26,6 +26,7 @@ __all__ = [
     "Curves",
     "PageCursor",
     "RunSummary",
+    "TaskPasses",
     "TaskReward",
     "TrajectoryRow",
     "TrajectorySort",
@@ -33,6 +34,7 @@ __all__ = [
     "curves",
     "find_trajectory",
     "run_summaries",
+    "task_passes",
     "task_rewards",
     "trajectory_page",
 ]
@@ -353,6 +355,42 @@ def task_rewards(session: Session, where: TrajectoryFilter) -> dict[str, TaskRew
     if _totals_answer(where):
         return _task_rewards_from_totals(session, where)
     return _task_rewards_from_trajectories(session, where)
+
+
+class TaskPasses(BaseModel):
+    """A task's scored episodes and its successes (full marks, no failure class), for a curriculum."""
+
+    task_id: str
+    scored: int
+    successes: int
+
+
+def task_passes(session: Session, where: TrajectoryFilter) -> dict[str, TaskPasses]:
+    """Scored episodes and successes per task, read from the running totals, keyed by task id.
+
+    Only tasks with a scored episode appear. `where` may name run, env, task, tenant and policy: the
+    fields the totals are keyed by (a curriculum asks for one policy on one env, maybe one run).
+
+    Raises:
+        ValueError: `where` names a field the totals do not keep.
+    """
+    if not _totals_answer(where):
+        raise ValueError(
+            "pass counts are read from the running totals: filter by run, env, task, tenant, policy"
+        )
+    totals = trajectory_totals_table.c
+    scored = func.sum(totals.rewarded)
+    statement = (
+        select(
+            totals.task_id,
+            cast(scored, Integer).label("scored"),
+            cast(func.sum(totals.successes), Integer).label("successes"),
+        )
+        .where(*_totals_clauses(where))
+        .group_by(totals.task_id)
+        .having(scored > 0)
+    )
+    return {row.task_id: TaskPasses.model_validate(row._asdict()) for row in session.execute(statement)}
 
 
 # The filter fields the totals are keyed by; a filter naming any other needs the trajectories.

@@ -12,13 +12,22 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
-from gym_server.api.deps import RegistryDep
+from gym_server.api.deps import RegistryDep, StoreDep
 from gym_server.api.schemas import DatasetInfo, EnvironmentInfo, EnvironmentList, TaskPage
+from gym_server.auth.context import current_tenant
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Dataset
+from gym_server.sessions.curriculum import Curriculum, TaskChoice, curriculum_for
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
+
+
+class CurriculumQuery(TaskChoice):
+    """The curriculum route's query: a task choice and the split it weighs (unknown parameters: 422)."""
+
+    split: str | None = Field(None, min_length=1, max_length=64, description="default train, else the first")
 
 
 def describe(entry: EnvironmentEntry) -> EnvironmentInfo:
@@ -75,6 +84,28 @@ async def list_tasks(
     dataset = registry.get(env).dataset
     total, page = await asyncio.to_thread(task_page, dataset, split, offset, limit)
     return TaskPage(env=env, split=split, offset=offset, limit=limit, total=total, tasks=page)
+
+
+@router.get(
+    "/{env:path}/curriculum",
+    response_model=Curriculum,
+    summary="Weigh an environment's tasks by a policy's pass rates",
+    responses={404: {"description": "unknown env or split"}, 503: {"description": "the store is down"}},
+)
+async def get_curriculum(
+    env: str,
+    registry: RegistryDep,
+    store: StoreDep,
+    query: Annotated[CurriculumQuery, Query()],
+) -> Curriculum:
+    """The tasks of a split that `rule` keeps for `policy`, with their weights and pass rates (the rule is
+    docs/curriculum.md); with no history, every task at weight 1 and `fallback` saying why."""
+    entry = registry.get(env)
+    tenant = current_tenant.get()
+    choice = TaskChoice.model_validate(query.model_dump(exclude={"split"}))
+    return await store.read(
+        lambda session: curriculum_for(session, entry, query.split, choice, choice.policy, tenant)
+    )
 
 
 @router.get("/{env:path}", response_model=EnvironmentInfo, summary="Describe one environment")

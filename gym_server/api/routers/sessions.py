@@ -9,6 +9,7 @@ documented (OpenAPI) form of the API and take every request the fast path does n
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
 
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gym_server.api.deps import ManagerDep, StoreDep, TenantDep
+from gym_server.api.deps import ManagerDep, RegistryDep, StoreDep, TenantDep
 from gym_server.api.schemas import (
     CreateSessionRequest,
     SessionCreated,
@@ -28,13 +29,17 @@ from gym_server.api.schemas import (
     TruncatedTurnRecorded,
     TruncatedTurnRequest,
 )
+from gym_server.auth.context import current_tenant
 from gym_server.core import jsontext
 from gym_server.core.asgi import has_json_content_type, read_body, replay_body
-from gym_server.core.errors import GymError
+from gym_server.core.errors import GymError, InvalidRequest
 from gym_server.core.problems import StrictJsonRoute, on_gym_error, parse_body
 from gym_server.sdk.environment import VerifyResult
+from gym_server.sdk.registry import Registry
+from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice, choose_by_pass_rate, curriculum_for
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
+from gym_server.store.writer import TrajectoryStore
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], route_class=StrictJsonRoute)
 
@@ -64,7 +69,9 @@ def _response(body: bytes, status_code: int = 200) -> Response:
     return Response(body, status_code=status_code, media_type="application/json")
 
 
-async def _create(manager: SessionManager, body: CreateSessionRequest) -> bytes:
+async def _create(
+    manager: SessionManager, body: CreateSessionRequest, chosen: CurriculumDraw | None = None
+) -> bytes:
     session = await manager.create(
         body.env,
         task_id=body.task_id,
@@ -87,8 +94,31 @@ async def _create(manager: SessionManager, body: CreateSessionRequest) -> bytes:
             "tools": session.tools,
             "max_turns": session.max_turns,
             "expires_at": session.expires_at().isoformat(),
+            **({"task_choice": chosen.model_dump()} if chosen is not None else {}),
         }
     )
+
+
+async def _by_curriculum(
+    store: TrajectoryStore, registry: Registry, body: CreateSessionRequest, choice: TaskChoice
+) -> tuple[CreateSessionRequest, CurriculumDraw]:
+    """The request with the task `choice` draws from the store's pass rates (in a worker thread)."""
+    policy = choice.policy or (body.policy or {}).get("model")
+    if choice.rule != "uniform" and not isinstance(policy, str):
+        raise InvalidRequest(
+            f"task_choice rule {choice.rule!r} reads a policy's pass rates: "
+            "give task_choice.policy or policy.model"
+        )
+    seed = body.seed if body.seed is not None else secrets.randbelow(2**63)
+    entry = registry.get(body.env)
+    tenant = current_tenant.get()
+    chosen = await store.read(
+        lambda session: choose_by_pass_rate(
+            curriculum_for(session, entry, body.split, choice, policy, tenant), seed
+        )
+    )
+    update = {"task_id": chosen.task_id, "seed": seed, "split": None, "task_choice": None}
+    return body.model_copy(update=update), chosen
 
 
 async def _step(manager: SessionManager, session_id: str, body: StepRequest) -> bytes:
@@ -109,8 +139,13 @@ async def _verify(manager: SessionManager, session_id: str) -> bytes:
     summary="Start an episode",
     responses={404: {"description": "unknown env or task"}, 429: {"description": "at capacity"}},
 )
-async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Response:
-    return _response(await _create(manager, body), status.HTTP_201_CREATED)
+async def create_session(
+    body: CreateSessionRequest, manager: ManagerDep, store: StoreDep, registry: RegistryDep
+) -> Response:
+    if body.task_choice is None:
+        return _response(await _create(manager, body), status.HTTP_201_CREATED)
+    body, chosen = await _by_curriculum(store, registry, body, body.task_choice)
+    return _response(await _create(manager, body, chosen), status.HTTP_201_CREATED)
 
 
 @router.post(
@@ -199,7 +234,7 @@ def _plain_create_body(scope: Scope, raw: bytes) -> CreateSessionRequest | None:
         jsontext.refuse_unstorable(raw)
     except (ValidationError, ValueError):
         return None
-    return body
+    return body if body.task_choice is None else None  # a curriculum draw reads the store: the route's work
 
 
 class SessionFastPath:

@@ -216,6 +216,14 @@ class GymClient:
             if not chunk["tasks"] or len(found) >= int(chunk["total"]):
                 return found
 
+    async def curriculum(self, env: str, *, split: str | None = None, **choice: Any) -> dict[str, Any]:
+        """A split's tasks weighted by a policy's pass rates (`choice`: rule, policy, run, min_pass,
+        max_pass, min_episodes, floor; see docs/curriculum.md). `fallback` says when it is uniform."""
+        params = _present(split=split, **choice)
+        return dict(
+            await self._json("GET", f"/v1/environments/{env}/curriculum", params=params, idempotent=True)
+        )
+
     # -- sessions ----------------------------------------------------------------------------------
 
     async def create_session(

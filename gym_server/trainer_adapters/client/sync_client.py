@@ -59,6 +59,9 @@ class SyncGymClient:
     def all_tasks(self, env: str, **kwargs: Any) -> list[dict[str, Any]]:
         return self._call(lambda: self.aclient.all_tasks(env, **kwargs))
 
+    def curriculum(self, env: str, **kwargs: Any) -> dict[str, Any]:
+        return self._call(lambda: self.aclient.curriculum(env, **kwargs))
+
     def create_session(self, env: str, **kwargs: Any) -> SessionInfo:
         return self._call(lambda: self.aclient.create_session(env, **kwargs))
 

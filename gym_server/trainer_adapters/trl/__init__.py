@@ -6,6 +6,7 @@ Nothing here imports trl or torch at import time; they are needed only when a tr
 
 from __future__ import annotations
 
+from gym_server.trainer_adapters.trl.curriculum import load_curriculum_dataset
 from gym_server.trainer_adapters.trl.environment import (
     GymToolEnvironment,
     make_environment_factory,
@@ -20,6 +21,7 @@ __all__ = [
     "gym_component_reward",
     "gym_prompt",
     "gym_reward",
+    "load_curriculum_dataset",
     "load_gym_dataset",
     "make_environment_factory",
     "use_hermes_response_template",

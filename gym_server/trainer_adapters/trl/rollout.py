@@ -39,7 +39,7 @@ from gym_server.trainer_adapters.samplers.local import LocalSampler
 from gym_server.trainer_adapters.tracking.backends import Tracker
 from gym_server.trainer_adapters.tracking.metrics import rollout_metrics
 
-__all__ = ["GymRolloutFunc", "gym_prompt", "load_gym_dataset"]
+__all__ = ["GymRolloutFunc", "gym_prompt", "load_gym_dataset", "prompt_text"]
 
 _KEYS = ("gym_env", "gym_task_id", "gym_task", "gym_seed")
 
@@ -87,7 +87,7 @@ def load_gym_dataset(
     tasks = tasks[:limit] if limit is not None else tasks
     rows = [
         {
-            "prompt": gym_prompt(env, _prompt_text(task["prompt"]), task_id=task["id"], seed=seed),
+            "prompt": gym_prompt(env, prompt_text(task["prompt"]), task_id=task["id"], seed=seed),
             "task_id": task["id"],
         }
         for task in tasks
@@ -95,7 +95,8 @@ def load_gym_dataset(
     return hf_datasets.Dataset.from_list(rows)
 
 
-def _prompt_text(prompt: Any) -> str:
+def prompt_text(prompt: Any) -> str:
+    """A task's prompt as one text: itself, or its last user message."""
     if isinstance(prompt, str):
         return prompt
     users = [m.get("content") or "" for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
