@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from gym_server.trainer_adapters.devices import Placement
     from gym_server.trainer_adapters.tracking import Tracker
 
-__all__ = ["demo"]
+__all__ = ["demo", "grpo_args", "local_gym", "lora_config"]
 
 console = Console(stderr=True)
 
@@ -105,7 +105,7 @@ def _preflight(model: str, env: str, tracker: str) -> None:
 
 
 @contextlib.contextmanager
-def _gym(url: str | None, store: Path) -> Iterator[str]:
+def local_gym(url: str | None, store: Path) -> Iterator[str]:
     """The given gym, or a fresh `gym-server serve` on a free port with its SQLite store at `store`
     (kept afterwards: the inspector and `reverify` read the demo's episodes from it)."""
     if url:
@@ -306,19 +306,15 @@ def demo(
         "model": model,
         "batch": 64 if placement.is_cuda else 16,  # concurrent held-out episodes, one sampling batch
     }
-    with _gym(gym, output / "gym.db") as gym_url:
+    with local_gym(gym, output / "gym.db") as gym_url:
         if tiny:
             policy, tokenizer, dataset, specs, label = _tiny_setup(gym_url, seed, placement)
             peft_config, rate = None, lr or 1e-3
         else:
-            from peft import LoraConfig
-
             policy, tokenizer, dataset, specs, label = _smollm2_setup(
                 gym_url, env, train_tasks, eval_tasks, placement
             )
-            peft_config = LoraConfig(
-                r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
-            )
+            peft_config = lora_config()
             rate = lr or 5e-4
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
         before = _evaluate(policy, tokenizer, gym_url, specs, options, phase="before", step=0)
@@ -326,26 +322,16 @@ def demo(
         tracking = _open_tracker(tracker, tracking_dir or output / "tracking", run, options, label)
         tracking.log(before["metrics"], 0)
         rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed, tracker=tracking)
-        args = trl.GRPOConfig(
+        args = grpo_args(
+            output / "model",  # where save_model() writes the trained policy
+            placement,
             reward_weights=[1.0, *shaped.values()],
-            output_dir=str(output / "model"),  # where save_model() writes the trained policy
-            use_cpu=not placement.is_cuda,
-            # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
-            # slower than fp32, and training would score tokens in another precision than sampling did.
-            # So autocast follows the placement's dtype: the weights the sampler uses are in it already.
-            bf16=placement.bf16,
-            per_device_train_batch_size=generations * prompts_per_step,
-            num_generations=generations,
-            max_completion_length=max_completion,
-            learning_rate=rate,
-            max_steps=steps,
-            logging_steps=1,
-            temperature=1.0,
-            beta=0.0,
+            generations=generations,
+            prompts_per_step=prompts_per_step,
+            max_completion=max_completion,
+            lr=rate,
+            steps=steps,
             seed=seed,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=False,
         )
         # The gym's reward, plus each shaping component of the same verdict (no second scorer).
         reward_funcs = [gym_reward, *(gym_component_reward(name) for name in shaped)]
@@ -406,6 +392,53 @@ def demo(
             f"inspect the runs {before['run']} and {after['run']}: GYM_DATABASE_URL={record['store']} "
             "gym-server serve, then http://127.0.0.1:8000/ui/runs (Compare picks the two runs)"
         )
+
+
+def lora_config() -> Any:
+    """The demo's LoRA adapter for SmolLM2 (rank 16 on every linear layer)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
+
+
+def grpo_args(
+    output_dir: Path,
+    placement: Placement,
+    *,
+    reward_weights: list[float],
+    generations: int,
+    prompts_per_step: int,
+    max_completion: int,
+    lr: float,
+    steps: int,
+    seed: int,
+) -> Any:
+    """The demo's `GRPOConfig` (one place, so `benchmarks/gpu_step.py` times the same recipe): on-policy
+    (beta 0, temperature 1), the trainer on the placement's device, bf16 autocast when its dtype is bf16."""
+    trl: Any = importlib.import_module("trl")
+    return trl.GRPOConfig(
+        reward_weights=reward_weights,
+        output_dir=str(output_dir),
+        use_cpu=not placement.is_cuda,
+        # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
+        # slower than fp32, and training would score tokens in another precision than sampling did.
+        # So autocast follows the placement's dtype: the weights the sampler uses are in it already.
+        bf16=placement.bf16,
+        per_device_train_batch_size=generations * prompts_per_step,
+        num_generations=generations,
+        max_completion_length=max_completion,
+        learning_rate=lr,
+        max_steps=steps,
+        logging_steps=1,
+        temperature=1.0,
+        beta=0.0,
+        seed=seed,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=False,
+    )
 
 
 def _open_tracker(backend: str, directory: Path, run: str, options: dict[str, Any], label: str) -> Tracker:
