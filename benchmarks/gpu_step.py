@@ -203,7 +203,7 @@ def main() -> None:
     synchronize = torch.cuda.synchronize if gpu else (lambda: None)
     clock = PhaseClock(synchronize)
 
-    class StepCallback(TrainerCallback):  # type: ignore[misc]
+    class StepCallback(TrainerCallback):
         def on_step_begin(self, *_: Any, **__: Any) -> None:
             clock.begin_step()
 
