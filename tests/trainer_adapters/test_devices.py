@@ -20,7 +20,12 @@ def test_auto_picks_cuda_only_when_it_is_there_and_the_cpu_stays_fp32() -> None:
     auto = resolve()
     assert auto.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     cpu = resolve("cpu", "auto")
-    assert (cpu.device, cpu.dtype, cpu.is_cuda, cpu.bf16) == (torch.device("cpu"), torch.float32, False, False)
+    assert (cpu.device, cpu.dtype, cpu.is_cuda, cpu.bf16) == (
+        torch.device("cpu"),
+        torch.float32,
+        False,
+        False,
+    )
     assert resolve("CPU", "bf16").dtype == torch.bfloat16
     assert resolve("cpu").describe() == "cpu fp32"
 
@@ -113,7 +118,9 @@ def test_bf16_weights_sample_and_report_fp32_logprobs(tiny_tokenizer: Any) -> No
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     (output,) = generate_batch(model, _requests(tiny_tokenizer.eos_token_id)[:1], tiny_tokenizer.pad_token_id)
     assert 1 <= len(output.token_ids) == len(output.logprobs) <= 16
-    assert all(0 <= t < len(tiny_tokenizer) for t in output.token_ids) and all(lp <= 0 for lp in output.logprobs)
+    assert all(0 <= t < len(tiny_tokenizer) for t in output.token_ids) and all(
+        lp <= 0 for lp in output.logprobs
+    )
 
 
 def _invoke(command: Any, *args: str) -> Any:
