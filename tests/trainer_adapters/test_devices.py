@@ -146,3 +146,13 @@ def test_demo_and_policy_serve_refuse_cuda_in_one_line_before_starting(tmp_path:
     assert not (tmp_path / "gym.db").exists()  # no gym was started
     bad = _invoke(serve, "--device", "gpu")
     assert bad.exit_code == 2 and "--device must be" in bad.output
+
+
+async def test_the_local_sampler_reports_the_device_its_model_is_on(tiny_tokenizer: Any) -> None:
+    from gym_server.trainer_adapters.models import load_policy
+    from gym_server.trainer_adapters.samplers import LocalSampler
+
+    model, _ = load_policy("tiny", placement=resolve("cpu", "bf16"))
+    sampler = LocalSampler(model, tiny_tokenizer.pad_token_id)
+    assert sampler.describe()["device"] == "cpu torch.bfloat16"
+    await sampler.aclose()
