@@ -2,8 +2,10 @@
 
 Two configurations:
 
-- `--config cpu` (default): the model trains and samples in this process (`use_cpu=True`,
-  `use_vllm=False`); rollouts sample from the trainer's own weights, so they are always on-policy.
+- `--config cpu` (default; the name is historical: "in process"): the model trains and samples in this
+  process (`use_vllm=False`), on `--device` (auto: the GPU when there is one, else the CPU) in `--dtype`
+  (auto: bf16 on a GPU, fp32 on the CPU; see `gym_server.trainer_adapters.devices`); rollouts sample from
+  the trainer's own weights, so they are always on-policy. On one GPU this is the no-vLLM path.
   `--model tiny` (the default) runs the recipe of `gym-server demo --model tiny`: the 0.1 M-parameter
   test model is first warmed up to write counter tool calls (a few seconds of supervised steps), then
   GRPO trains it at lr 1e-3 on counter tasks whose target is the start value + 3; the printed mean
@@ -40,7 +42,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gym_server.trainer_adapters.devices import Placement
 
 # Environment variables that set an option's default (compose.yaml's `trainer` service sets them).
 ENVIRONMENT = {
@@ -78,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run", default="grpo-example")
     parser.add_argument("--output", default="var/grpo-example")
     parser.add_argument("--seed", type=int, default=0)
+    from gym_server.trainer_adapters.devices import DEVICE_HELP, DTYPE_HELP
+
+    parser.add_argument("--device", default="auto", help=f"--config cpu: {DEVICE_HELP}")
+    parser.add_argument("--dtype", default="auto", help=f"--config cpu: {DTYPE_HELP}")
     from gym_server.trainer_adapters.tracking import add_tracking_arguments
 
     add_tracking_arguments(parser, default_project="grpo-example")
@@ -87,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
+def load_model(args: argparse.Namespace, placement: Placement | None) -> tuple[Any, Any]:
     if args.config == "gpu" and args.model != "smollm2":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,7 +105,20 @@ def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
         return AutoModelForCausalLM.from_pretrained(args.model, dtype="bfloat16"), tokenizer
     from gym_server.trainer_adapters.models import load_policy
 
-    return load_policy(args.model, seed=args.seed)
+    return load_policy(args.model, seed=args.seed, placement=placement)
+
+
+def in_process_placement(args: argparse.Namespace) -> Placement:
+    """`--device`/`--dtype` resolved; a device that is not here ends the script in one line, status 2."""
+    from gym_server.trainer_adapters.devices import DeviceUnavailable, resolve
+
+    try:
+        placement = resolve(args.device, args.dtype)
+    except (ValueError, DeviceUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    placement.activate()
+    return placement
 
 
 def _cpu_learning_rate(args: argparse.Namespace) -> float:
@@ -114,17 +137,19 @@ def main() -> None:
     from gym_server.trainer_adapters.tracking import tracker_from_args
     from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
 
+    placement = in_process_placement(args) if args.config == "cpu" else None
     if args.model == "tiny":
-        if args.config != "cpu" or args.env != "counter":
+        if placement is None or args.env != "counter":
             raise SystemExit("--model tiny runs the warmed-up counter recipe: --config cpu --env counter")
         from datasets import Dataset
 
         from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
 
         model, tokenizer, train, _held_out = tiny_counter_recipe(args.gym_url, seed=args.seed)
+        model = placement.place(model)  # warmed up on the CPU
         dataset = Dataset.from_list(offset_task_prompts(train))
     else:
-        model, tokenizer = load_model(args)
+        model, tokenizer = load_model(args, placement)
         dataset = load_gym_dataset(args.gym_url, args.env, split=args.split, limit=args.tasks)
     batch = args.generations * args.prompts_per_step
     common: dict[str, Any] = {
@@ -147,12 +172,13 @@ def main() -> None:
         peft_config = LoraConfig(
             r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
         )
-    if args.config == "cpu":
+    if placement is not None:
         config = GRPOConfig(
-            use_cpu=True,
+            use_cpu=not placement.is_cuda,
             use_vllm=False,
-            # TRL defaults to bf16 autocast even on a CPU: slower there, and not the precision of sampling
-            bf16=False,
+            # TRL defaults to bf16 autocast even on a CPU: slower there, and not the precision of sampling;
+            # autocast follows the placement's dtype, the one the sampler's weights are in.
+            bf16=placement.bf16,
             learning_rate=args.lr or _cpu_learning_rate(args),
             **common,
         )

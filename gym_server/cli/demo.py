@@ -1,4 +1,4 @@
-"""`gym-server demo`: a model gets better in the gym, on this machine's CPU, start to finish.
+"""`gym-server demo`: a model gets better in the gym, on this machine's CPU or GPU, start to finish.
 
 It starts a gym server (or uses `--gym`), evaluates the policy on held-out tasks, trains it with TRL's
 GRPO through the token-exact `GymRolloutFunc`, evaluates again, and prints the before/after table; the
@@ -20,6 +20,10 @@ them (their inline tasks are stored with them).
   the answer in `<answer>` tags or "the answer is ..."; the 135 M model rarely writes either, so by
   default it is also trained on the verifier's `extracted` component (`--shaping extracted=0.5`). The
   table reports the gym's reward alone.
+
+`--device auto|cpu|cuda[:N]` and `--dtype auto|fp32|bf16` (`trainer_adapters.devices`): auto trains on
+the GPU when there is one, in bf16 there, and on the CPU in fp32 (the token-exact path). `--device cuda`
+on a host without CUDA is refused in one line (exit 2) before the gym or a model starts.
 
 Every run is tracked (`--tracker`, default trackio; wandb offline, mlflow file store, or none; see
 `docs/tracking.md`): the gym's metrics of each GRPO step, and of the held-out evaluations (`eval/...`)
@@ -52,13 +56,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gym_server.cli.placement import DeviceOption, DtypeOption, placement_or_exit
 from gym_server.cli.rollouts import GymKeyOption
 from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
 
 if TYPE_CHECKING:
+    from gym_server.trainer_adapters.devices import Placement
     from gym_server.trainer_adapters.tracking import Tracker
 
-__all__ = ["demo"]
+__all__ = ["demo", "grpo_args", "local_gym", "lora_config"]
 
 console = Console(stderr=True)
 
@@ -99,7 +105,7 @@ def _preflight(model: str, env: str, tracker: str) -> None:
 
 
 @contextlib.contextmanager
-def _gym(url: str | None, store: Path) -> Iterator[str]:
+def local_gym(url: str | None, store: Path) -> Iterator[str]:
     """The given gym, or a fresh `gym-server serve` on a free port with its SQLite store at `store`
     (kept afterwards: the inspector and `reverify` read the demo's episodes from it)."""
     if url:
@@ -165,7 +171,7 @@ def _evaluate(
             int(tokenizer.pad_token_id),
             name=f"demo-{options['model']}@step{step}",
             weight_version=f"step-{step}",
-            max_batch=16,
+            max_batch=options["batch"],
         )
         config = DriverConfig(
             max_completion_tokens=options["max_completion"],
@@ -176,7 +182,8 @@ def _evaluate(
             run=f"{options['run']}-{phase}",
         )
         async with GymClient(gym_url) as gym:
-            rollouts = await RolloutDriver(gym, sampler, ChatRenderer(tokenizer), config).run_many(specs, 16)
+            driver = RolloutDriver(gym, sampler, ChatRenderer(tokenizer), config)
+            rollouts = await driver.run_many(specs, options["batch"])
         await sampler.aclose()
         summary = summarize(rollouts)
         scored = [r.reward for r in rollouts if r.reward is not None]
@@ -189,11 +196,12 @@ def _evaluate(
     return asyncio.run(run())
 
 
-def _tiny_setup(gym_url: str, seed: int) -> tuple[Any, Any, Any, list[Any], str]:
+def _tiny_setup(gym_url: str, seed: int, placement: Placement) -> tuple[Any, Any, Any, list[Any], str]:
     from gym_server.trainer_adapters.driver import EpisodeSpec
     from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
 
-    model, tokenizer, train, held_out = tiny_counter_recipe(gym_url, seed)
+    model, tokenizer, train, held_out = tiny_counter_recipe(gym_url, seed)  # warmed up on the CPU
+    model = placement.place(model)
     rows = offset_task_prompts(train)
     specs = [EpisodeSpec("counter", None, t["task"], t["seed"], k) for t in held_out for k in range(4)]
     # By name: `datasets` (Hugging Face's) is an optional extra, imported only here.
@@ -202,7 +210,7 @@ def _tiny_setup(gym_url: str, seed: int) -> tuple[Any, Any, Any, list[Any], str]
 
 
 def _smollm2_setup(
-    gym_url: str, env: str, train_tasks: int, eval_tasks: int
+    gym_url: str, env: str, train_tasks: int, eval_tasks: int, placement: Placement
 ) -> tuple[Any, Any, Any, list[Any], str]:
     from gym_server.trainer_adapters.client import SyncGymClient
     from gym_server.trainer_adapters.driver import EpisodeSpec
@@ -216,7 +224,7 @@ def _smollm2_setup(
             console.print(f"[red]error:[/] the gym has no environment {escape(repr(env) + extra)}")
             raise typer.Exit(2)
         held_out = gym.all_tasks(env, split="validation")[:eval_tasks]
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(placement)
     dataset = load_gym_dataset(gym_url, env, split="train", limit=train_tasks, seed=0)
     specs = [EpisodeSpec(env, t["id"], None, 0, k) for k, t in enumerate(held_out)]
     return model, tokenizer, dataset, specs, f"{env} (validation)"
@@ -259,8 +267,10 @@ def demo(
     tracking_dir: Annotated[
         Path | None, typer.Option(help="the tracker's local store (default: OUTPUT/tracking)")
     ] = None,
+    device: DeviceOption = "auto",
+    dtype: DtypeOption = "auto",
 ) -> None:
-    """Train a small model with GRPO on the CPU against the gym; print before/after and save the curve."""
+    """Train a small model with GRPO against the gym (CPU or GPU); print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if gym_key:  # every gym client the demo makes reads it (trainer_adapters.client.keys)
         os.environ["GYM_API_KEY"] = gym_key
@@ -278,6 +288,8 @@ def demo(
         from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
     if tracker not in BACKENDS:
         raise typer.BadParameter(f"--tracker must be one of {', '.join(BACKENDS)}")
+    placement = placement_or_exit(device, dtype, console)
+    console.print(f"device: {placement.describe()}")
     tiny = model == "tiny"
     torch.set_num_threads(threads or (1 if tiny else max(1, os.cpu_count() or 1)))
     generations = generations or (4 if tiny else 8)
@@ -292,18 +304,17 @@ def demo(
         "eval_temperature": eval_temperature,
         "run": run,
         "model": model,
+        "batch": 64 if placement.is_cuda else 16,  # concurrent held-out episodes, one sampling batch
     }
-    with _gym(gym, output / "gym.db") as gym_url:
+    with local_gym(gym, output / "gym.db") as gym_url:
         if tiny:
-            policy, tokenizer, dataset, specs, label = _tiny_setup(gym_url, seed)
+            policy, tokenizer, dataset, specs, label = _tiny_setup(gym_url, seed, placement)
             peft_config, rate = None, lr or 1e-3
         else:
-            from peft import LoraConfig
-
-            policy, tokenizer, dataset, specs, label = _smollm2_setup(gym_url, env, train_tasks, eval_tasks)
-            peft_config = LoraConfig(
-                r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+            policy, tokenizer, dataset, specs, label = _smollm2_setup(
+                gym_url, env, train_tasks, eval_tasks, placement
             )
+            peft_config = lora_config()
             rate = lr or 5e-4
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
         before = _evaluate(policy, tokenizer, gym_url, specs, options, phase="before", step=0)
@@ -311,25 +322,16 @@ def demo(
         tracking = _open_tracker(tracker, tracking_dir or output / "tracking", run, options, label)
         tracking.log(before["metrics"], 0)
         rollout = GymRolloutFunc(gym_url, max_turns=max_turns, run=run, seed=seed, tracker=tracking)
-        args = trl.GRPOConfig(
+        args = grpo_args(
+            output / "model",  # where save_model() writes the trained policy
+            placement,
             reward_weights=[1.0, *shaped.values()],
-            output_dir=str(output / "model"),  # where save_model() writes the trained policy
-            use_cpu=True,
-            # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
-            # slower than fp32, and training would score tokens in another precision than sampling did.
-            bf16=False,
-            per_device_train_batch_size=generations * prompts_per_step,
-            num_generations=generations,
-            max_completion_length=max_completion,
-            learning_rate=rate,
-            max_steps=steps,
-            logging_steps=1,
-            temperature=1.0,
-            beta=0.0,
+            generations=generations,
+            prompts_per_step=prompts_per_step,
+            max_completion=max_completion,
+            lr=rate,
+            steps=steps,
             seed=seed,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=False,
         )
         # The gym's reward, plus each shaping component of the same verdict (no second scorer).
         reward_funcs = [gym_reward, *(gym_component_reward(name) for name in shaped)]
@@ -369,6 +371,7 @@ def demo(
     _report(label, model, before, after, steps, train_s, wall)
     record = {
         "model": model,
+        "device": placement.describe(),
         "task": label,
         "steps": steps,
         "before": before,
@@ -389,6 +392,53 @@ def demo(
             f"inspect the runs {before['run']} and {after['run']}: GYM_DATABASE_URL={record['store']} "
             "gym-server serve, then http://127.0.0.1:8000/ui/runs (Compare picks the two runs)"
         )
+
+
+def lora_config() -> Any:
+    """The demo's LoRA adapter for SmolLM2 (rank 16 on every linear layer)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
+
+
+def grpo_args(
+    output_dir: Path,
+    placement: Placement,
+    *,
+    reward_weights: list[float],
+    generations: int,
+    prompts_per_step: int,
+    max_completion: int,
+    lr: float,
+    steps: int,
+    seed: int,
+) -> Any:
+    """The demo's `GRPOConfig` (one place, so `benchmarks/gpu_step.py` times the same recipe): on-policy
+    (beta 0, temperature 1), the trainer on the placement's device, bf16 autocast when its dtype is bf16."""
+    trl: Any = importlib.import_module("trl")
+    return trl.GRPOConfig(
+        reward_weights=reward_weights,
+        output_dir=str(output_dir),
+        use_cpu=not placement.is_cuda,
+        # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
+        # slower than fp32, and training would score tokens in another precision than sampling did.
+        # So autocast follows the placement's dtype: the weights the sampler uses are in it already.
+        bf16=placement.bf16,
+        per_device_train_batch_size=generations * prompts_per_step,
+        num_generations=generations,
+        max_completion_length=max_completion,
+        learning_rate=lr,
+        max_steps=steps,
+        logging_steps=1,
+        temperature=1.0,
+        beta=0.0,
+        seed=seed,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=False,
+    )
 
 
 def _open_tracker(backend: str, directory: Path, run: str, options: dict[str, Any], label: str) -> Tracker:

@@ -1,6 +1,6 @@
-"""Token-in, token-out sampling with a transformers model on the CPU, batched across callers.
+"""Token-in, token-out sampling with a transformers model on its own device, batched across callers.
 
-This is what `vllm serve` does on a GPU, cut down to what rollouts need: prompt token ids in; sampled
+This is what `vllm serve` does, cut down to what rollouts need: prompt token ids in; sampled
 ids, one logprob per sampled id and a finish reason out. `generate_batch` runs one left-padded batch
 with a KV cache; every row has its own `torch.Generator`, temperature and top-p, so a seeded request
 samples the same tokens whichever batch it lands in (up to float rounding of padded attention).
@@ -54,50 +54,72 @@ class _Row:
     finished: Literal["stop", "length"] | None = None
 
 
-def _pick(last: Any, rows: list[_Row], pad_id: int) -> list[int]:
-    """Draw the next token of every unfinished row; record it with its processed logprob."""
+def _pick(last: Any, rows: list[_Row], pad_id: int) -> Any:
+    """Draw the next token of every unfinished row on the logits' device; record it with its processed
+    logprob. Returns the drawn ids as a device tensor (`pad_id` for finished rows), ready to feed back.
+
+    Batched and without a host round trip but the one that reads the results: a sampled row draws
+    `multinomial(p, 1, generator)` as torch computes it, `argmax(p / Exp(1) noise)` with the noise from
+    the row's own generator, so each row's stream is the same whichever batch it runs in, and on the
+    CPU the same as a per-row `torch.multinomial`. Only the noise is drawn row by row (one generator
+    each); top-p filtering, the draw, greedy rows and the logprob gather are one batched op each.
+    """
     import torch
 
-    temperatures = torch.tensor([r.request.temperature if r.request.temperature > 0 else 1.0 for r in rows])
+    device = last.device
+    requests = [r.request for r in rows]
+    temperatures = torch.tensor([q.temperature if q.temperature > 0 else 1.0 for q in requests])
+    temperatures = temperatures.to(device)
     logprobs = torch.log_softmax(last.float() / temperatures.unsqueeze(1), dim=-1)
     probs = logprobs.exp()
-    chosen: list[int] = []
+    top_p = torch.tensor([q.top_p for q in requests], device=device)
+    if bool((top_p < 1.0).any()):  # decided on the host: the values came from it
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > top_p.unsqueeze(1)
+        filtered = torch.zeros_like(probs).scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
+        probs = torch.where((top_p < 1.0).unsqueeze(1), filtered, probs)
+    # Finished and greedy rows draw nothing: their generators do not advance.
+    noise = torch.ones_like(probs)
+    for i, row in enumerate(rows):
+        if not row.finished and row.request.temperature > 0:
+            noise[i].exponential_(1, generator=row.generator)
+    sampled = torch.argmax(probs / noise, dim=-1)
+    greedy = torch.tensor([q.temperature <= 0 for q in requests], device=device)
+    chosen = torch.where(greedy, torch.argmax(logprobs, dim=-1), sampled)
+    done = torch.tensor([r.finished is not None for r in rows], device=device)
+    chosen = torch.where(done, torch.full_like(chosen, pad_id), chosen)
+    picked = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1)
+    ids, values = chosen.tolist(), picked.tolist()
     for i, row in enumerate(rows):
         if row.finished:
-            chosen.append(pad_id)
             continue
-        request = row.request
-        if request.temperature <= 0:
-            token = int(torch.argmax(logprobs[i]))
-        else:
-            row_probs = probs[i]
-            if request.top_p < 1.0:
-                sorted_probs, order = torch.sort(row_probs, descending=True)
-                outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > request.top_p
-                sorted_probs[outside] = 0.0
-                row_probs = torch.zeros_like(row_probs).scatter(0, order, sorted_probs)
-            token = int(torch.multinomial(row_probs, 1, generator=row.generator))
-        chosen.append(token)
-    picked = logprobs[torch.arange(len(rows)), torch.tensor(chosen)].tolist()
-    for i, row in enumerate(rows):
-        if row.finished:
-            continue
-        row.ids.append(chosen[i])
-        row.logprobs.append(float(picked[i]))
-        if chosen[i] in row.stops:
+        row.ids.append(ids[i])
+        row.logprobs.append(float(values[i]))
+        if ids[i] in row.stops:
             row.finished = "stop"
         elif len(row.ids) >= row.request.max_tokens:
             row.finished = "length"
     return chosen
 
 
-def generate_batch(model: Any, requests: Sequence[GenerationRequest], pad_id: int) -> list[GenerationOutput]:
-    """Sample every request to its stop token or `max_tokens`, as one left-padded batch."""
+def _device_of(model: Any) -> Any:
+    """The device of the model's weights (a PEFT wrapper or a plain module alike)."""
     import torch
 
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def generate_batch(model: Any, requests: Sequence[GenerationRequest], pad_id: int) -> list[GenerationOutput]:
+    """Sample every request to its stop token or `max_tokens`, as one left-padded batch on the model's
+    device (inputs, KV cache, generators and sampling all live there)."""
+    import torch
+
+    device = _device_of(model)
     rows = []
     for request in requests:
-        generator = torch.Generator()
+        generator = torch.Generator(device=device)
         generator.manual_seed(request.seed if request.seed is not None else int(torch.randint(0, 2**62, ())))
         rows.append(_Row(request, generator, frozenset(request.stop_token_ids)))
     width = max(len(r.request.prompt_ids) for r in rows)
@@ -107,6 +129,7 @@ def generate_batch(model: Any, requests: Sequence[GenerationRequest], pad_id: in
         ids = row.request.prompt_ids
         input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
         mask[i, width - len(ids) :] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     budget = max(r.request.max_tokens for r in rows)
     was_training = bool(getattr(model, "training", False))
@@ -126,8 +149,8 @@ def generate_batch(model: Any, requests: Sequence[GenerationRequest], pad_id: in
                 next_ids = _pick(out.logits[:, -1, :], rows, pad_id)
                 if all(row.finished for row in rows):
                     break
-                input_ids = torch.tensor(next_ids, dtype=torch.long).unsqueeze(1)
-                alive = torch.tensor([0 if row.finished else 1 for row in rows], dtype=torch.long)
+                input_ids = next_ids.unsqueeze(1)
+                alive = torch.tensor([0 if row.finished else 1 for row in rows], dtype=torch.long).to(device)
                 # A finished row keeps a (masked) slot so the batch stays rectangular.
                 mask = torch.cat([mask, alive.unsqueeze(1)], dim=1)
                 positions = positions[:, -1:] + 1
@@ -148,7 +171,8 @@ class BatchingEngine:
     """One model on one worker thread; requests queued by any thread or loop run in shared batches.
 
     Args:
-        model: a causal LM (`model(input_ids, attention_mask, position_ids, cache)`).
+        model: a causal LM (`model(input_ids, attention_mask, position_ids, cache)`), on any device:
+            generation runs where its weights are.
         pad_id: the padding token id.
         max_batch: the most requests in one batch (a CPU is saturated by a few dozen).
     """
@@ -164,7 +188,15 @@ class BatchingEngine:
         self._thread.start()
 
     def __repr__(self) -> str:
-        return f"BatchingEngine(batches={self.batches}, requests={self.requests})"
+        return f"BatchingEngine(batches={self.batches}, requests={self.requests}, device={self.device!r})"
+
+    @property
+    def device(self) -> str:
+        """Where the model's weights are now, with their dtype (`cuda:0 torch.bfloat16`): read each time,
+        because a trainer may move the model after the engine was made."""
+        for parameter in self.model.parameters():
+            return f"{parameter.device} {parameter.dtype}"
+        return "cpu"
 
     def submit(self, request: GenerationRequest) -> Future[GenerationOutput]:
         if not self._thread.is_alive():

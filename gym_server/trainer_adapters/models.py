@@ -11,6 +11,9 @@ No model hub is reachable at run time, so tests and demos need models that exist
   template has no tools, so it gets `HERMES_TEMPLATE`.
 - a directory saved with `save_pretrained` (e.g. a tiny model after a warm-up, or a merged LoRA).
 
+Each loader takes an optional `Placement` (`devices.resolve`): the model comes back on that device, in
+that dtype. Without one it stays where transformers loads it: float32 on the CPU.
+
 torch and transformers are imported inside the functions: importing this module costs nothing.
 """
 
@@ -18,9 +21,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gym_server.trainer_adapters.chat import HERMES_TEMPLATE
+
+if TYPE_CHECKING:
+    from gym_server.trainer_adapters.devices import Placement
 
 __all__ = [
     "CHUNK_TOKENS",
@@ -139,8 +145,9 @@ def smollm2_gguf_path() -> Path:
     return found[0]
 
 
-def load_smollm2() -> tuple[Any, Any]:
-    """SmolLM2-135M-Instruct (float32, de-quantized from Q4_1) with the tool-aware ChatML template."""
+def load_smollm2(placement: Placement | None = None) -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct (de-quantized from Q4_1 to float32, then placed) with the tool-aware ChatML
+    template."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = smollm2_gguf_path()
@@ -156,16 +163,20 @@ def load_smollm2() -> tuple[Any, Any]:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return _placed(model, placement), tokenizer
 
 
-def load_policy(spec: str, seed: int = 0) -> tuple[Any, Any]:
-    """`(model, tokenizer)` for `tiny`, `smollm2`, or a `save_pretrained` directory."""
+def _placed(model: Any, placement: Placement | None) -> Any:
+    return model if placement is None else placement.place(model)
+
+
+def load_policy(spec: str, seed: int = 0, placement: Placement | None = None) -> tuple[Any, Any]:
+    """`(model, tokenizer)` for `tiny`, `smollm2`, or a `save_pretrained` directory, on `placement`."""
     if spec == "tiny":
         tokenizer = build_tiny_tokenizer()
-        return build_tiny_model(tokenizer, seed=seed), tokenizer
+        return _placed(build_tiny_model(tokenizer, seed=seed), placement), tokenizer
     if spec == "smollm2":
-        return load_smollm2()
+        return load_smollm2(placement)
     folder = Path(spec)
     if not folder.is_dir():
         raise ValueError(f"--model must be tiny, smollm2 or a saved model directory; {spec!r} is none")
@@ -178,4 +189,4 @@ def load_policy(spec: str, seed: int = 0) -> tuple[Any, Any]:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return _placed(model, placement), tokenizer

@@ -61,6 +61,11 @@ async def test_models_lists_the_served_name(policy: httpx.AsyncClient) -> None:
     assert data["object"] == "list" and data["data"][0]["id"] == "tiny"
 
 
+async def test_health_says_where_the_model_samples(policy: httpx.AsyncClient) -> None:
+    health = (await policy.get("/health")).json()
+    assert health["status"] == "ok" and health["device"] == "cpu torch.float32"
+
+
 async def test_token_in_completions_are_vllm_shaped_and_exact(
     policy: httpx.AsyncClient, tiny_model: Any, tiny_tokenizer: Any
 ) -> None:

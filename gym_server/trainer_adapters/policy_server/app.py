@@ -1,6 +1,7 @@
 """The local policy server: an OpenAI-compatible stand-in for `vllm serve`, backed by transformers.
 
-It exists so the same adapter code that talks to vLLM on a GPU runs on a CPU in tests and demos. The
+It exists so the same adapter code that talks to vLLM runs on a CPU in tests and demos, and on one GPU
+where vLLM is not installed: it samples wherever the model it is given lives (`GET /health` says where). The
 fields it implements have vLLM's names and shapes:
 
 - `GET /v1/models`;
@@ -259,7 +260,12 @@ PolicyDep = Annotated[_Policy, Depends(_policy_of)]
 
 @router.get("/health")
 async def health(policy: PolicyDep) -> dict[str, Any]:
-    return {"status": "ok", "batches": policy.engine.batches, "requests": policy.engine.requests}
+    return {
+        "status": "ok",
+        "batches": policy.engine.batches,
+        "requests": policy.engine.requests,
+        "device": policy.engine.device,
+    }
 
 
 @router.get("/v1/models")

@@ -1,7 +1,7 @@
-"""Token-exact sampling with a transformers model in this process (CPU training, tests).
+"""Token-exact sampling with a transformers model in this process (training on the CPU or one GPU, tests).
 
 The TRL adapter uses it with the trainer's own model, so rollouts are on-policy without a weight sync.
-Concurrent episodes share batches through one `BatchingEngine`.
+Concurrent episodes share batches through one `BatchingEngine`, which samples on the model's own device.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class LocalSampler:
             "model": self.name,
             "weight_version": self.weight_version,
             "token_exact": True,
+            "device": self.engine.device,
         }
 
     async def aclose(self) -> None:
