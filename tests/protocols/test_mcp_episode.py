@@ -68,7 +68,7 @@ class Mcp:
         return dict(answer.json())
 
     async def call(self, name: str, **arguments: Any) -> dict[str, Any]:
-        return (await self.request("tools/call", {"name": name, "arguments": arguments}))["result"]
+        return dict((await self.request("tools/call", {"name": name, "arguments": arguments}))["result"])
 
     async def close(self) -> None:
         assert (await self.gym.client.delete(self.url, headers=self.headers)).status_code == 200
