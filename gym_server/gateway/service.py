@@ -54,6 +54,10 @@ class EpisodeGateway:
     headers: dict[str, str] = field(repr=False)
     calls: int = 0
 
+    @property
+    def json_headers(self) -> dict[str, str]:
+        return {**self.headers, "Content-Type": "application/json"}
+
     def metadata(self) -> dict[str, Any]:
         """What the trajectory's `metadata.gateway` says about it (never the key)."""
         return {
@@ -178,14 +182,16 @@ class Gateways:
             return over_answer(session, upstream.get("model"))
         try:
             response = await self.client.post(
-                f"{gateway.root}/v1/chat/completions", json=upstream, headers=gateway.headers
+                f"{gateway.root}/v1/chat/completions",
+                content=orjson.dumps(upstream),
+                headers=gateway.json_headers,
             )
         except httpx.HTTPError as exc:
             raise await self._failed(gateway, exc) from None
         await self._check_status(gateway, response)
         upstream_ms = (time.perf_counter() - started) * 1000
         try:
-            answer = response.json()
+            answer = orjson.loads(response.content)
             completed = from_answer(answer)
         except ValueError as exc:
             raise await self._fail(
@@ -202,7 +208,10 @@ class Gateways:
         if _over(session):
             return _over_events(over_answer(session, upstream.get("model")))
         request = self.client.build_request(
-            "POST", f"{gateway.root}/v1/chat/completions", json=upstream, headers=gateway.headers
+            "POST",
+            f"{gateway.root}/v1/chat/completions",
+            content=orjson.dumps(upstream),
+            headers=gateway.json_headers,
         )
         try:
             response = await self.client.send(request, stream=True)
