@@ -73,7 +73,8 @@ class _Upstream:
     """An upstream answer whose headers arrived with a 200: its stream is still to be read."""
 
     response: httpx.Response
-    started: float
+    started: float  # when the gateway took the call
+    sent: float  # when it sent the call upstream
 
 
 class Gateways:
@@ -180,6 +181,7 @@ class Gateways:
         session, gateway, upstream = self._prepare(session_id, body)
         if _over(session):
             return over_answer(session, upstream.get("model"))
+        sent = time.perf_counter()
         try:
             response = await self.client.post(
                 f"{gateway.root}/v1/chat/completions",
@@ -189,7 +191,7 @@ class Gateways:
         except httpx.HTTPError as exc:
             raise await self._failed(gateway, exc) from None
         await self._check_status(gateway, response)
-        upstream_ms = (time.perf_counter() - started) * 1000
+        upstream_ms = (time.perf_counter() - sent) * 1000
         try:
             answer = orjson.loads(response.content)
             completed = from_answer(answer)
@@ -213,6 +215,7 @@ class Gateways:
             content=orjson.dumps(upstream),
             headers=gateway.json_headers,
         )
+        sent = time.perf_counter()
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -221,7 +224,7 @@ class Gateways:
             await response.aread()
             await response.aclose()
             await self._check_status(gateway, response)
-        return self._forward(gateway, body, _Upstream(response, started))
+        return self._forward(gateway, body, _Upstream(response, started, sent))
 
     async def _forward(
         self, gateway: EpisodeGateway, body: dict[str, Any], upstream: _Upstream
@@ -236,7 +239,7 @@ class Gateways:
             failure = await self._failed(gateway, exc)
         finally:
             await upstream.response.aclose()
-        upstream_ms = (time.perf_counter() - upstream.started) * 1000
+        upstream_ms = (time.perf_counter() - upstream.sent) * 1000
         if failure is None and not assembler.complete:
             why = assembler.error or "the upstream's stream ended before the completion finished"
             failure = await self._fail(gateway, GatewayError.upstream(why))
