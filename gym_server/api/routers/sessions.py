@@ -34,6 +34,7 @@ from gym_server.core import jsontext
 from gym_server.core.asgi import has_json_content_type, read_body, replay_body
 from gym_server.core.errors import GymError, InvalidRequest
 from gym_server.core.problems import StrictJsonRoute, on_gym_error, parse_body
+from gym_server.gateway.service import Gateways
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice, choose_by_pass_rate, curriculum_for
@@ -70,8 +71,22 @@ def _response(body: bytes, status_code: int = 200) -> Response:
 
 
 async def _create(
-    manager: SessionManager, body: CreateSessionRequest, chosen: CurriculumDraw | None = None
+    manager: SessionManager,
+    body: CreateSessionRequest,
+    chosen: CurriculumDraw | None = None,
+    gateways: Gateways | None = None,
+    base_url: str = "",
 ) -> bytes:
+    """Open the episode; with `body.gateway`, `gateways` checks its upstream first (422 before anything is
+    created) and opens its gateway, whose URLs start with `base_url` (the request's own). `chosen` says how
+    a curriculum drew the task, when one did."""
+    metadata = body.metadata
+    spec = body.gateway
+    if spec is not None:
+        if gateways is None:
+            raise GymError("the gateways are not running")
+        gateways.check(spec.upstream)
+        metadata = {**metadata, "gateway": gateways.describe(spec.upstream, spec.model, spec.token_exact)}
     session = await manager.create(
         body.env,
         task_id=body.task_id,
@@ -81,22 +96,26 @@ async def _create(
         ttl_s=body.ttl_s,
         run=body.run,
         policy=body.policy,
-        metadata=body.metadata,
+        metadata=metadata,
     )
-    return _json(
-        {
-            "session_id": session.id,
-            "env": session.entry.name,
-            "env_version": session.entry.version,
-            "task_id": session.env.task.id,
-            "seed": session.env.seed,
-            "messages": session.env.messages,
-            "tools": session.tools,
-            "max_turns": session.max_turns,
-            "expires_at": session.expires_at().isoformat(),
-            **({"task_choice": chosen.model_dump()} if chosen is not None else {}),
-        }
-    )
+    payload: dict[str, Any] = {
+        "session_id": session.id,
+        "env": session.entry.name,
+        "env_version": session.entry.version,
+        "task_id": session.env.task.id,
+        "seed": session.env.seed,
+        "messages": session.env.messages,
+        "tools": session.tools,
+        "max_turns": session.max_turns,
+        "expires_at": session.expires_at().isoformat(),
+    }
+    if chosen is not None:
+        payload["task_choice"] = chosen.model_dump()
+    if spec is not None and gateways is not None:
+        gateways.open(session.id, spec.upstream, spec.model, spec.token_exact, spec.api_key)
+        episode = f"{base_url.rstrip('/')}{router.prefix}/{session.id}"
+        payload["gateway"] = {"base_url": f"{episode}/openai/v1", "mcp_url": f"{episode}/mcp"}
+    return _json(payload)
 
 
 async def _by_curriculum(
@@ -140,12 +159,14 @@ async def _verify(manager: SessionManager, session_id: str) -> bytes:
     responses={404: {"description": "unknown env or task"}, 429: {"description": "at capacity"}},
 )
 async def create_session(
-    body: CreateSessionRequest, manager: ManagerDep, store: StoreDep, registry: RegistryDep
+    body: CreateSessionRequest, manager: ManagerDep, store: StoreDep, registry: RegistryDep, request: Request
 ) -> Response:
-    if body.task_choice is None:
-        return _response(await _create(manager, body), status.HTTP_201_CREATED)
-    body, chosen = await _by_curriculum(store, registry, body, body.task_choice)
-    return _response(await _create(manager, body, chosen), status.HTTP_201_CREATED)
+    gateways: Gateways | None = getattr(request.app.state, "gateways", None)
+    chosen = None
+    if body.task_choice is not None:
+        body, chosen = await _by_curriculum(store, registry, body, body.task_choice)
+    created = await _create(manager, body, chosen, gateways, str(request.base_url))
+    return _response(created, status.HTTP_201_CREATED)
 
 
 @router.post(
@@ -266,7 +287,7 @@ class SessionFastPath:
             except ClientDisconnect:
                 return  # the client left before the end of its body: nobody to answer, nothing to log
             create = _plain_create_body(scope, raw)
-            if create is None:
+            if create is None or create.gateway is not None:  # a gateway's URLs need the request's base URL
                 await self.app(scope, replay_body(raw, receive), send)
                 return
             work, status_code = _create(scope["app"].state.manager, create), status.HTTP_201_CREATED
