@@ -10,6 +10,9 @@ recording proxy in front of it, and the two checks every episode must pass.
   its logprobs, and the masked tokens between two calls are exactly what the next call's prompt added.
 - `assert_native_reward`: the stored reward equals a native replay of the stored transcript
   (`POST /v1/verify` with the messages, which steps a fresh environment with the same task and seed).
+- `play_checked`: one episode of a peer's agent through the gym's `play_agent`, with both checks, and that
+  every tool call that reached the environment is one the policy sampled, in order (a framework answers
+  a call of a tool the server does not list itself).
 """
 
 from __future__ import annotations
@@ -30,7 +33,19 @@ from typing import Any
 import pytest
 from gym_servers import Gym, free_port
 
-__all__ = ["Policy", "PolicyCall", "RecordingProxy", "assert_native_reward", "assert_token_exact", "policy"]
+from gym_server.trainer_adapters.agents import AgentFn, GatewayConfig, play_agent
+from gym_server.trainer_adapters.client import GymClient
+from gym_server.trainer_adapters.episodes import EpisodeSpec
+
+__all__ = [
+    "Policy",
+    "PolicyCall",
+    "RecordingProxy",
+    "assert_native_reward",
+    "assert_token_exact",
+    "play_checked",
+    "policy",
+]
 
 WARM = Path(__file__).resolve().parent / "art" / "warm_policy.py"
 SERVED_NAME = "tiny-counter"
@@ -230,3 +245,31 @@ def assert_native_reward(gym: Gym, row: dict[str, Any], task: dict[str, Any] | N
     assert row["reward"] is not None
     assert replayed["reward"] == row["reward"], (replayed, row["reward"])
     return float(row["reward"])
+
+
+def samples_of(gym: Gym, session_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{gym.url}/v1/rollouts/{session_id}/samples", timeout=30) as response:
+        return dict(json.loads(response.read()))
+
+
+async def play_checked(
+    gym: Gym, policy: Policy, agent: AgentFn, spec: EpisodeSpec, *, streamed: bool, run: str
+) -> dict[str, Any]:
+    """One episode of `agent`, checked (tokens, tool calls, reward); returns the stored row."""
+    policy.proxy.take()
+    config = GatewayConfig(upstream=policy.upstream, model=policy.name, run=run)
+    async with GymClient(gym.url) as client:
+        result = await play_agent(client, agent, spec, config)
+    calls = policy.proxy.take()
+    assert result.failure is None and result.reward is not None, result.error
+    assert all(call.stream is streamed for call in calls)
+    report = samples_of(gym, result.session_id or "")
+    assert_token_exact(report, calls)
+    assert [s["completion_ids"] for s in report["samples"]] == [s.completion_ids for s in result.samples]
+    row = gym.stored(result.session_id or "", "completed")
+    assert assert_native_reward(gym, row, spec.task) == result.reward
+    known = {tool["function"]["name"] for tool in row["tools"]}
+    executed = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
+    sampled = [c["name"] for call in calls for c in call.tool_calls if c["name"] in known]
+    assert executed and executed == sampled[: len(executed)]
+    return row

@@ -11,19 +11,16 @@ episode's end reaches the graph as the tool result's text, then as the gateway's
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from typing import Any
 
 import pytest
-from agent_gyms import Policy, assert_native_reward, assert_token_exact
+from agent_gyms import Policy, play_checked
 from conftest import Gym
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 
-from gym_server.trainer_adapters.agents import AgentEpisode, GatewayConfig, play_agent
-from gym_server.trainer_adapters.client import GymClient
+from gym_server.trainer_adapters.agents import AgentEpisode
 from gym_server.trainer_adapters.episodes import EpisodeSpec
 
 pytestmark = pytest.mark.anyio
@@ -51,39 +48,25 @@ def langgraph_agent(streaming: bool) -> Any:
     return agent
 
 
-def samples_of(gym: Gym, session_id: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{gym.url}/v1/rollouts/{session_id}/samples", timeout=30) as response:
-        return dict(json.loads(response.read()))
-
-
-async def play(gym: Gym, policy: Policy, spec: EpisodeSpec, streaming: bool) -> dict[str, Any]:
-    """One episode; returns the stored row after checking tokens and reward."""
-    policy.proxy.take()
-    config = GatewayConfig(upstream=policy.upstream, model=policy.name, run="interop-langgraph")
-    async with GymClient(gym.url) as client:
-        result = await play_agent(client, langgraph_agent(streaming), spec, config)
-    calls = policy.proxy.take()
-    assert result.failure is None and result.reward is not None, result.error
-    assert all(call.stream is streaming for call in calls)
-    report = samples_of(gym, result.session_id or "")
-    assert_token_exact(report, calls)
-    assert [s["completion_ids"] for s in report["samples"]] == [s.completion_ids for s in result.samples]
-    row = gym.stored(result.session_id or "", "completed")
-    assert assert_native_reward(gym, row, spec.task) == result.reward
-    # Every tool call that reached the environment is one the policy sampled, in order.
-    # (LangGraph's tool node answers a call of an unknown tool itself; the episode ends at `submit`.)
-    known = {tool["function"]["name"] for tool in row["tools"]}
-    executed = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
-    sampled = [c["name"] for call in calls for c in call.tool_calls if c["name"] in known]
-    assert executed and executed == sampled[: len(executed)]
-    return row
-
-
 async def test_a_langgraph_agent_plays_counter_token_exactly(gym: Gym, policy: Policy) -> None:
     task = policy.tasks[0]
-    row = await play(gym, policy, EpisodeSpec("counter", task=task["task"], seed=task["seed"]), False)
+    row = await play_checked(
+        gym,
+        policy,
+        langgraph_agent(False),
+        EpisodeSpec("counter", task=task["task"], seed=task["seed"]),
+        streamed=False,
+        run="interop-langgraph",
+    )
     assert row["done_reason"] is not None  # ended through the environment's own `submit`
 
 
 async def test_a_streaming_langgraph_agent_plays_workplace(gym: Gym, policy: Policy) -> None:
-    await play(gym, policy, EpisodeSpec("workplace", task_id="workplace-00000", seed=0), True)
+    await play_checked(
+        gym,
+        policy,
+        langgraph_agent(True),
+        EpisodeSpec("workplace", task_id="workplace-00000", seed=0),
+        streamed=True,
+        run="interop-langgraph",
+    )

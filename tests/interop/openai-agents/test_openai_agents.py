@@ -10,19 +10,16 @@ server does not list is answered by the SDK itself ("Tool 'x' not found."), neve
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from typing import Any
 
 import pytest
-from agent_gyms import Policy, assert_native_reward, assert_token_exact
+from agent_gyms import Policy, play_checked
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 from agents.mcp import MCPServerStreamableHttp
 from conftest import Gym
 from openai import AsyncOpenAI
 
-from gym_server.trainer_adapters.agents import AgentEpisode, GatewayConfig, play_agent
-from gym_server.trainer_adapters.client import GymClient
+from gym_server.trainer_adapters.agents import AgentEpisode
 from gym_server.trainer_adapters.episodes import EpisodeSpec
 
 pytestmark = pytest.mark.anyio
@@ -59,38 +56,25 @@ def sdk_agent(streamed: bool) -> Any:
     return agent
 
 
-def samples_of(gym: Gym, session_id: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{gym.url}/v1/rollouts/{session_id}/samples", timeout=30) as response:
-        return dict(json.loads(response.read()))
-
-
-async def play(gym: Gym, policy: Policy, spec: EpisodeSpec, streamed: bool) -> dict[str, Any]:
-    """One episode; returns the stored row after checking tokens and reward."""
-    policy.proxy.take()
-    config = GatewayConfig(upstream=policy.upstream, model=policy.name, run="interop-openai-agents")
-    async with GymClient(gym.url) as client:
-        result = await play_agent(client, sdk_agent(streamed), spec, config)
-    calls = policy.proxy.take()
-    assert result.failure is None and result.reward is not None, result.error
-    assert all(call.stream is streamed for call in calls)
-    report = samples_of(gym, result.session_id or "")
-    assert_token_exact(report, calls)
-    row = gym.stored(result.session_id or "", "completed")
-    assert assert_native_reward(gym, row, spec.task) == result.reward
-    # Every tool call that reached the environment is one the policy sampled, in order (the SDK answers
-    # a call of an unknown tool itself).
-    known = {tool["function"]["name"] for tool in row["tools"]}
-    executed = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
-    sampled = [c["name"] for call in calls for c in call.tool_calls if c["name"] in known]
-    assert executed and executed == sampled[: len(executed)]
-    return row
-
-
 async def test_an_agents_sdk_agent_plays_counter_token_exactly(gym: Gym, policy: Policy) -> None:
     task = policy.tasks[0]
-    row = await play(gym, policy, EpisodeSpec("counter", task=task["task"], seed=task["seed"]), False)
+    row = await play_checked(
+        gym,
+        policy,
+        sdk_agent(False),
+        EpisodeSpec("counter", task=task["task"], seed=task["seed"]),
+        streamed=False,
+        run="interop-openai-agents",
+    )
     assert row["done_reason"] is not None  # ended through the environment's own `submit`
 
 
 async def test_a_streamed_agents_sdk_run_plays_workplace(gym: Gym, policy: Policy) -> None:
-    await play(gym, policy, EpisodeSpec("workplace", task_id="workplace-00000", seed=0), True)
+    await play_checked(
+        gym,
+        policy,
+        sdk_agent(True),
+        EpisodeSpec("workplace", task_id="workplace-00000", seed=0),
+        streamed=True,
+        run="interop-openai-agents",
+    )
