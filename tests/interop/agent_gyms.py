@@ -17,8 +17,10 @@ recording proxy in front of it, and the two checks every episode must pass.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -48,6 +50,13 @@ __all__ = [
 ]
 
 WARM = Path(__file__).resolve().parent / "art" / "warm_policy.py"
+ROOT = Path(__file__).resolve().parents[2]
+# What the warmed weights depend on: the warm-up script and the recipe it runs.
+WARM_INPUTS = (
+    WARM,
+    ROOT / "gym_server/trainer_adapters/warmup.py",
+    ROOT / "gym_server/trainer_adapters/models.py",
+)
 SERVED_NAME = "tiny-counter"
 
 
@@ -171,15 +180,35 @@ def _answers(url: str) -> bool:
         return False
 
 
+def warmed_policy(gym: Gym, python: str, env: dict[str, str], scratch: Path) -> Path:
+    """The tiny model warmed up on counter calls, in a cache keyed by the warm-up's sources: both agent
+    peers (and every later run) reuse one warm-up, which takes minutes on a loaded 2-core machine."""
+    key = hashlib.sha256(b"".join(path.read_bytes() for path in WARM_INPUTS)).hexdigest()[:16]
+    base = Path(os.environ.get("GYM_CI_CACHE") or Path.home() / ".cache" / "gym-server")
+    folder = base / "interop" / f"agents-warm-policy-{key}"
+    if (folder / "tasks.json").is_file():
+        return folder
+    building = scratch / "warm"
+    warm = subprocess.run(
+        [python, str(WARM), gym.url, str(building)], capture_output=True, text=True, env=env
+    )
+    assert warm.returncode == 0, warm.stderr[-4000:]
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(building, folder.with_suffix(".tmp"), dirs_exist_ok=True)
+        os.replace(folder.with_suffix(".tmp"), folder)  # complete or absent, never half-written
+    except OSError:  # a read-only cache, or the other peer won the race: this run's copy serves
+        return folder if (folder / "tasks.json").is_file() else building
+    return folder
+
+
 @pytest.fixture(scope="session")
 def policy(gym: Gym, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Policy]:
     python = os.environ["GYM_INTEROP_PYTHON"]
-    folder = tmp_path_factory.mktemp("tiny-counter")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    warm = subprocess.run([python, str(WARM), gym.url, str(folder)], capture_output=True, text=True, env=env)
-    assert warm.returncode == 0, warm.stderr[-4000:]
+    folder = warmed_policy(gym, python, env, tmp_path_factory.mktemp("tiny-counter"))
     port = free_port()
-    log = folder / "policy.log"
+    log = tmp_path_factory.mktemp("policy-log") / "policy.log"
     args = ["policy", "serve", "--model", str(folder), "--served-model-name", SERVED_NAME, "--threads", "1"]
     process = subprocess.Popen(
         [python, "-m", "gym_server.cli.main", *args, "--port", str(port)],
