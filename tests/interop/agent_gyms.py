@@ -1,0 +1,304 @@
+"""What the agent-framework peers (langgraph, openai-agents) share: a policy that can play counter, a
+recording proxy in front of it, and the two checks every episode must pass.
+
+- `policy`: the tiny model warmed up on counter tool calls (`art/warm_policy.py`, run by the project's
+  python), served by `gym-server policy serve`, behind `RecordingProxy`: a loopback HTTP proxy that keeps
+  each chat completion's request and the policy server's own answer, byte for byte. The gym's gateway is
+  pointed at the proxy (a loopback URL, which the default allow-list admits), so the test sees exactly
+  what the policy sampled, independently of what the gateway recorded.
+- `assert_token_exact`: the episode's stored samples hold the policy's prompt ids, its sampled ids and
+  its logprobs, and the masked tokens between two calls are exactly what the next call's prompt added.
+- `assert_native_reward`: the stored reward equals a native replay of the stored transcript
+  (`POST /v1/verify` with the messages, which steps a fresh environment with the same task and seed).
+- `play_checked`: one episode of a peer's agent through the gym's `play_agent`, with both checks, and that
+  every tool call that reached the environment is one the policy sampled, in order (a framework answers
+  a call of a tool the server does not list itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gym_servers import Gym, free_port
+
+from gym_server.trainer_adapters.agents import AgentFn, GatewayConfig, play_agent
+from gym_server.trainer_adapters.client import GymClient
+from gym_server.trainer_adapters.episodes import EpisodeSpec
+
+__all__ = [
+    "Policy",
+    "PolicyCall",
+    "RecordingProxy",
+    "assert_native_reward",
+    "assert_token_exact",
+    "play_checked",
+    "policy",
+]
+
+WARM = Path(__file__).resolve().parent / "art" / "warm_policy.py"
+ROOT = Path(__file__).resolve().parents[2]
+# What the warmed weights depend on: the warm-up script and the recipe it runs.
+WARM_INPUTS = (
+    WARM,
+    ROOT / "gym_server/trainer_adapters/warmup.py",
+    ROOT / "gym_server/trainer_adapters/models.py",
+)
+SERVED_NAME = "tiny-counter"
+
+
+@dataclass(frozen=True)
+class PolicyCall:
+    """One chat completion as the policy server answered it."""
+
+    request: dict[str, Any]
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    tool_calls: list[dict[str, Any]]
+    stream: bool
+
+
+def _read_answer(request: dict[str, Any], body: bytes, event_stream: bool) -> PolicyCall:
+    """The policy's ids, logprobs and tool calls from its answer, streamed or not."""
+    if not event_stream:
+        answer = json.loads(body)
+        choice = answer["choices"][0]
+        prompt = answer.get("prompt_token_ids") or choice.get("prompt_token_ids") or []
+        content = (choice.get("logprobs") or {}).get("content") or []
+        calls = choice["message"].get("tool_calls") or []
+        return PolicyCall(
+            request,
+            list(prompt),
+            list(choice.get("token_ids") or []),
+            [e["logprob"] for e in content],
+            [c["function"] for c in calls],
+            False,
+        )
+    prompt: list[int] = []
+    ids: list[int] = []
+    logprobs: list[float] = []
+    calls: list[dict[str, Any]] = []
+    for line in body.decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[len("data: ") :])
+        prompt = prompt or list(chunk.get("prompt_token_ids") or [])
+        for choice in chunk.get("choices") or []:
+            prompt = prompt or list(choice.get("prompt_token_ids") or [])
+            ids += choice.get("token_ids") or []
+            logprobs += [e["logprob"] for e in ((choice.get("logprobs") or {}).get("content") or [])]
+            calls += [c["function"] for c in (choice.get("delta") or {}).get("tool_calls") or []]
+    return PolicyCall(request, prompt, ids, logprobs, calls, True)
+
+
+class RecordingProxy:
+    """A loopback proxy to `upstream` (the policy server's root URL) that records chat completions."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.calls: list[PolicyCall] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _forward(self, method: str) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                data = self.rfile.read(length) if length else None
+                headers = {"content-type": self.headers.get("content-type") or "application/json"}
+                upstream = urllib.request.Request(proxy.upstream + self.path, data, headers, method=method)
+                try:
+                    with urllib.request.urlopen(upstream, timeout=600) as response:
+                        status, kind, body = (
+                            response.status,
+                            response.headers.get("content-type", ""),
+                            response.read(),
+                        )
+                except urllib.error.HTTPError as exc:
+                    status, kind, body = exc.code, exc.headers.get("content-type", ""), exc.read()
+                if method == "POST" and self.path.endswith("/chat/completions") and status == 200:
+                    call = _read_answer(json.loads(data or b"{}"), body, "event-stream" in kind)
+                    with proxy._lock:
+                        proxy.calls.append(call)
+                self.send_response(status)
+                self.send_header("content-type", kind or "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def take(self) -> list[PolicyCall]:
+        """The calls recorded since the last `take` (tests play one episode at a time)."""
+        with self._lock:
+            calls, self.calls = self.calls, []
+        return calls
+
+
+@dataclass
+class Policy:
+    """The warmed tiny policy behind the recording proxy: the URL to give the gateway as `upstream`."""
+
+    proxy: RecordingProxy
+    name: str
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def upstream(self) -> str:
+        return self.proxy.url
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def warmed_policy(gym: Gym, python: str, env: dict[str, str], scratch: Path) -> Path:
+    """The tiny model warmed up on counter calls, in a cache keyed by the warm-up's sources: both agent
+    peers (and every later run) reuse one warm-up, which takes minutes on a loaded 2-core machine."""
+    key = hashlib.sha256(b"".join(path.read_bytes() for path in WARM_INPUTS)).hexdigest()[:16]
+    base = Path(os.environ.get("GYM_CI_CACHE") or Path.home() / ".cache" / "gym-server")
+    folder = base / "interop" / f"agents-warm-policy-{key}"
+    if (folder / "tasks.json").is_file():
+        return folder
+    building = scratch / "warm"
+    warm = subprocess.run(
+        [python, str(WARM), gym.url, str(building)], capture_output=True, text=True, env=env
+    )
+    assert warm.returncode == 0, warm.stderr[-4000:]
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(building, folder.with_suffix(".tmp"), dirs_exist_ok=True)
+        os.replace(folder.with_suffix(".tmp"), folder)  # complete or absent, never half-written
+    except OSError:  # a read-only cache, or the other peer won the race: this run's copy serves
+        return folder if (folder / "tasks.json").is_file() else building
+    return folder
+
+
+@pytest.fixture(scope="session")
+def policy(gym: Gym, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Policy]:
+    python = os.environ["GYM_INTEROP_PYTHON"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    folder = warmed_policy(gym, python, env, tmp_path_factory.mktemp("tiny-counter"))
+    port = free_port()
+    log = tmp_path_factory.mktemp("policy-log") / "policy.log"
+    args = ["policy", "serve", "--model", str(folder), "--served-model-name", SERVED_NAME, "--threads", "1"]
+    process = subprocess.Popen(
+        [python, "-m", "gym_server.cli.main", *args, "--port", str(port)],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    root = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while not _answers(root):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"policy server not ready:\n{log.read_text()}")
+        time.sleep(0.2)
+    proxy = RecordingProxy(root)
+    yield Policy(proxy, SERVED_NAME, json.loads((folder / "tasks.json").read_text()))
+    proxy.server.shutdown()
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def assert_token_exact(report: dict[str, Any], calls: list[PolicyCall]) -> None:
+    """The stored samples (`GET /v1/rollouts/{id}/samples`) against the policy's own answers, in order."""
+    assert report["token_exact"] is True
+    assert report["num_calls"] == len(calls) >= 1
+    covered = [index for sample in report["samples"] for index in sample["calls"]]
+    assert covered == list(range(len(calls)))  # every forwarded call, once, in order
+    for sample in report["samples"]:
+        ids, mask, logprobs = sample["completion_ids"], sample["mask"], sample["logprobs"]
+        assert len(ids) == len(mask) == len(logprobs)
+        first = calls[sample["calls"][0]]
+        assert sample["prompt_ids"] == first.prompt_ids
+        sequence = list(sample["prompt_ids"])
+        position = 0
+        for index in sample["calls"]:
+            call = calls[index]
+            # What this call's prompt added after the sample so far is stored with mask 0, logprob 0.0.
+            assert call.prompt_ids[: len(sequence)] == sequence
+            added = call.prompt_ids[len(sequence) :]
+            assert ids[position : position + len(added)] == added
+            assert mask[position : position + len(added)] == [0] * len(added)
+            assert logprobs[position : position + len(added)] == [0.0] * len(added)
+            position += len(added)
+            # Then exactly the sampled tokens, mask 1, with the policy's logprobs.
+            sampled = slice(position, position + len(call.token_ids))
+            assert ids[sampled] == call.token_ids
+            assert mask[sampled] == [1] * len(call.token_ids)
+            assert logprobs[sampled] == call.logprobs
+            position += len(call.token_ids)
+            sequence = call.prompt_ids + call.token_ids
+        assert position == len(ids)
+
+
+def assert_native_reward(gym: Gym, row: dict[str, Any], task: dict[str, Any] | None = None) -> float:
+    """The stored reward equals a native replay of the stored transcript; returns it."""
+    body: dict[str, Any] = {"env": row["env"], "seed": row["seed"], "messages": row["messages"]}
+    body.update({"task": task} if task is not None else {"task_id": row["task_id"]})
+    request = urllib.request.Request(
+        f"{gym.url}/v1/verify", json.dumps(body).encode(), {"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        replayed = json.loads(response.read())
+    assert row["reward"] is not None
+    assert replayed["reward"] == row["reward"], (replayed, row["reward"])
+    return float(row["reward"])
+
+
+def samples_of(gym: Gym, session_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{gym.url}/v1/rollouts/{session_id}/samples", timeout=30) as response:
+        return dict(json.loads(response.read()))
+
+
+async def play_checked(
+    gym: Gym, policy: Policy, agent: AgentFn, spec: EpisodeSpec, *, streamed: bool, run: str
+) -> dict[str, Any]:
+    """One episode of `agent`, checked (tokens, tool calls, reward); returns the stored row."""
+    policy.proxy.take()
+    config = GatewayConfig(upstream=policy.upstream, model=policy.name, run=run)
+    async with GymClient(gym.url) as client:
+        result = await play_agent(client, agent, spec, config)
+    calls = policy.proxy.take()
+    assert result.failure is None and result.reward is not None, result.error
+    assert all(call.stream is streamed for call in calls)
+    report = samples_of(gym, result.session_id or "")
+    assert_token_exact(report, calls)
+    assert [s["completion_ids"] for s in report["samples"]] == [s.completion_ids for s in result.samples]
+    row = gym.stored(result.session_id or "", "completed")
+    assert assert_native_reward(gym, row, spec.task) == result.reward
+    known = {tool["function"]["name"] for tool in row["tools"]}
+    executed = [c["function"]["name"] for m in row["messages"] for c in m.get("tool_calls") or []]
+    sampled = [c["name"] for call in calls for c in call.tool_calls if c["name"] in known]
+    assert executed and executed == sampled[: len(executed)]
+    return row
