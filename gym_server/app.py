@@ -21,7 +21,7 @@ from gym_server.api.front import move_middleware_in_front
 from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
 from gym_server.api.limits import BodyLimitMiddleware
 from gym_server.api.media_type import JsonBodyMiddleware
-from gym_server.api.routers import environments, health, rollout_runs, rollouts, sessions, verify
+from gym_server.api.routers import environments, gateway, health, rollout_runs, rollouts, sessions, verify
 from gym_server.auth import ui_login
 from gym_server.auth.keytable import KeyTable
 from gym_server.auth.middleware import AuthGate, AuthMiddleware
@@ -33,6 +33,7 @@ from gym_server.core.errors import SandboxUnavailable
 from gym_server.core.looplag import InFlightMiddleware, LoopLagMonitor
 from gym_server.core.problems import install_error_handlers
 from gym_server.core.settings import Settings, get_settings
+from gym_server.gateway.service import Gateways
 from gym_server.protocols import mcp as mcp_facade
 from gym_server.protocols import nemo_gym as nemo_gym_facade
 from gym_server.protocols import openenv as openenv_facade
@@ -106,6 +107,8 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 settings.rollout_runs, settings.sessions.retry_after_s, settings.sessions.max_sessions
             )
             app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
+            app.state.gateways = Gateways(manager, settings)
+            stack.push_async_callback(app.state.gateways.aclose)
             reaper.start()
             _build_routes(app.routes)
             # The OpenAPI document (FastAPI builds it at the first GET /openapi.json, ~0.3 s of CPU on the
@@ -151,7 +154,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.add_middleware(InFlightMiddleware, monitor=loop_lag)
     # outermost: a request for a host this server is not (DNS rebinding), or a cross-origin state change
     app.add_middleware(HostGuardMiddleware, policy=HostPolicy.from_settings(settings))
-    for module in (environments, sessions, verify, rollout_runs, rollouts, health, ui_login):
+    for module in (environments, sessions, gateway, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static

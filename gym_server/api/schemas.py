@@ -19,6 +19,10 @@ __all__ = [
     "DatasetInfo",
     "EnvironmentInfo",
     "EnvironmentList",
+    "EpisodeAnswered",
+    "GatewayAnswer",
+    "GatewayLinks",
+    "GatewaySpec",
     "RolloutPage",
     "SessionCreated",
     "SessionState",
@@ -75,6 +79,58 @@ class TaskRef(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
 
 
+class GatewaySpec(BaseModel):
+    """`gateway` in POST /v1/sessions: the episode gets a recording OpenAI-compatible base URL and an MCP
+    URL of its own (docs/gateway.md)."""
+
+    model_config = _STRICT
+
+    upstream: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="base URL of the policy endpoint the agent's calls go to; one of the operator's "
+        "(GYM_ROLLOUT_RUNS__POLICY_URLS), else 422 before any connection",
+        examples=["http://127.0.0.1:8000/v1"],
+    )
+    model: str | None = Field(
+        None, max_length=NAME_MAX_CHARS, description="the model every call asks for (null: the agent's)"
+    )
+    token_exact: bool = Field(
+        True,
+        description="true (training): an upstream answer without token ids is refused (502); false "
+        "(evaluation only): accepted, and the episode is marked not token-exact",
+    )
+    api_key: str | None = Field(
+        None, max_length=4096, description="sent to the upstream as a bearer token; never stored", repr=False
+    )
+
+
+class GatewayLinks(BaseModel):
+    base_url: str = Field(description="the episode's OpenAI-compatible base URL (…/openai/v1)")
+    mcp_url: str = Field(description="the episode's MCP endpoint (streamable HTTP): its tools, bound to it")
+
+
+class GatewayAnswer(BaseModel):
+    """POST /v1/sessions/{id}/answer: the final answer of an agent that used its own tools."""
+
+    model_config = _STRICT
+
+    answer: str | None = Field(
+        None, description="the final answer text; omitted: the last recorded assistant message's content"
+    )
+
+    @field_validator("answer")
+    @classmethod
+    def _answer_text(cls, value: str | None) -> str | None:
+        return None if value is None else check_text(value)
+
+
+class EpisodeAnswered(VerifyResult):
+    """The answer to POST /v1/sessions/{id}/answer: the score, and the episode is done (and stored)."""
+
+    done: bool = True
+
+
 class CreateSessionRequest(TaskRef):
     """POST /v1/sessions."""
 
@@ -108,6 +164,9 @@ class CreateSessionRequest(TaskRef):
     )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    gateway: GatewaySpec | None = Field(
+        None, description="open the episode with a recording OpenAI-compatible gateway (docs/gateway.md)"
+    )
 
     @model_validator(mode="after")
     def _task_or_draw(self) -> CreateSessionRequest:
@@ -128,6 +187,7 @@ class SessionCreated(BaseModel):
     tools: list[dict[str, Any]]
     max_turns: int
     expires_at: datetime
+    gateway: GatewayLinks | None = Field(None, description="the episode's URLs, when opened with a gateway")
 
 
 class StepRequest(BaseModel):

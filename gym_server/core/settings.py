@@ -22,6 +22,7 @@ from gym_server.core.egress_policy import parse_rule
 __all__ = [
     "AuthSettings",
     "EgressSettings",
+    "GatewaySettings",
     "HttpSettings",
     "JudgeSettings",
     "LimitSettings",
@@ -150,6 +151,16 @@ class RolloutRunSettings(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"rollout_runs.policy_urls: {prefix!r}: {exc}") from None
         return prefixes
+
+
+class GatewaySettings(BaseModel):
+    """The recording OpenAI-compatible gateway of an episode (gym_server/gateway, docs/gateway.md). Its
+    upstreams are the policy endpoints of `rollout_runs.policy_urls`, under the same rules."""
+
+    connect_timeout_s: float = Field(5.0, gt=0, description="connecting to the upstream; beyond it 502")
+    upstream_timeout_s: float = Field(
+        300.0, gt=0, description="waiting for the upstream's answer (each read of a stream); beyond it 504"
+    )
 
 
 class StoreSettings(BaseModel):
@@ -337,6 +348,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     http: HttpSettings = HttpSettings()
     rollout_runs: RolloutRunSettings = RolloutRunSettings()
+    gateway: GatewaySettings = GatewaySettings()
     store: StoreSettings = Field(default_factory=StoreSettings)  # its path reads GYM_HOME when built
     sandbox: SandboxSettings = SandboxSettings()
     auth: AuthSettings = AuthSettings()

@@ -382,6 +382,38 @@ class SessionManager:
             session.dirty = True
             return len(session.turn_data), session.failure
 
+    async def record_turn(
+        self, session_id: str, record: dict[str, Any], metadata: dict[str, Any] | None = None
+    ) -> int:
+        """Append a turn record made outside the environment (an episode gateway's model call) to the
+        trajectory's `turns`, charged to the transcript budget like a step's turn data, and merge
+        `metadata` into the episode's. The environment is not stepped. Returns the records held now."""
+        session = self._touch(session_id)
+        async with session.lock:
+            session.turn_data.append(record)
+            if metadata:
+                session.metadata = {**session.metadata, **metadata}
+            self._charge_bytes(session, len(jsontext.dumps(record)))
+            session.dirty = True
+            return len(session.turn_data)
+
+    async def answer(self, session_id: str, text: str) -> VerifyResult:
+        """End the episode on a final answer given outside the environment's tools, score it, and close
+        it (the 2xx follows the commit of its row, as a close's does).
+
+        An open episode is stepped with `text` as a plain assistant message (the environment's final
+        answer); one that asks for more after it (a simulated user) is ended there (`answered`). An
+        episode already done is scored as it stands and `text` is not used.
+        """
+        session = self._touch(session_id)
+        if not session.env.done and not session.truncated:
+            await self.step(session_id, {"role": "assistant", "content": text})
+        async with session.lock:
+            session.env.finish("answered")
+            result = await self._verify_locked(session)
+        await self.close(session_id)
+        return result
+
     def _apply_budgets(
         self,
         session: LiveSession,

@@ -32,6 +32,7 @@ from gym_server.core import jsontext
 from gym_server.core.asgi import has_json_content_type, read_body, replay_body
 from gym_server.core.errors import GymError
 from gym_server.core.problems import StrictJsonRoute, on_gym_error, parse_body
+from gym_server.gateway.service import Gateways
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
@@ -64,7 +65,18 @@ def _response(body: bytes, status_code: int = 200) -> Response:
     return Response(body, status_code=status_code, media_type="application/json")
 
 
-async def _create(manager: SessionManager, body: CreateSessionRequest) -> bytes:
+async def _create(
+    manager: SessionManager, body: CreateSessionRequest, gateways: Gateways | None = None, base_url: str = ""
+) -> bytes:
+    """Open the episode; with `body.gateway`, `gateways` checks its upstream first (422 before anything is
+    created) and opens its gateway, whose URLs start with `base_url` (the request's own)."""
+    metadata = body.metadata
+    spec = body.gateway
+    if spec is not None:
+        if gateways is None:
+            raise GymError("the gateways are not running")
+        gateways.check(spec.upstream)
+        metadata = {**metadata, "gateway": gateways.describe(spec.upstream, spec.model, spec.token_exact)}
     session = await manager.create(
         body.env,
         task_id=body.task_id,
@@ -74,21 +86,24 @@ async def _create(manager: SessionManager, body: CreateSessionRequest) -> bytes:
         ttl_s=body.ttl_s,
         run=body.run,
         policy=body.policy,
-        metadata=body.metadata,
+        metadata=metadata,
     )
-    return _json(
-        {
-            "session_id": session.id,
-            "env": session.entry.name,
-            "env_version": session.entry.version,
-            "task_id": session.env.task.id,
-            "seed": session.env.seed,
-            "messages": session.env.messages,
-            "tools": session.tools,
-            "max_turns": session.max_turns,
-            "expires_at": session.expires_at().isoformat(),
-        }
-    )
+    payload: dict[str, Any] = {
+        "session_id": session.id,
+        "env": session.entry.name,
+        "env_version": session.entry.version,
+        "task_id": session.env.task.id,
+        "seed": session.env.seed,
+        "messages": session.env.messages,
+        "tools": session.tools,
+        "max_turns": session.max_turns,
+        "expires_at": session.expires_at().isoformat(),
+    }
+    if spec is not None and gateways is not None:
+        gateways.open(session.id, spec.upstream, spec.model, spec.token_exact, spec.api_key)
+        episode = f"{base_url.rstrip('/')}{router.prefix}/{session.id}"
+        payload["gateway"] = {"base_url": f"{episode}/openai/v1", "mcp_url": f"{episode}/mcp"}
+    return _json(payload)
 
 
 async def _step(manager: SessionManager, session_id: str, body: StepRequest) -> bytes:
@@ -109,8 +124,9 @@ async def _verify(manager: SessionManager, session_id: str) -> bytes:
     summary="Start an episode",
     responses={404: {"description": "unknown env or task"}, 429: {"description": "at capacity"}},
 )
-async def create_session(body: CreateSessionRequest, manager: ManagerDep) -> Response:
-    return _response(await _create(manager, body), status.HTTP_201_CREATED)
+async def create_session(body: CreateSessionRequest, manager: ManagerDep, request: Request) -> Response:
+    gateways: Gateways | None = getattr(request.app.state, "gateways", None)
+    return _response(await _create(manager, body, gateways, str(request.base_url)), status.HTTP_201_CREATED)
 
 
 @router.post(
@@ -231,7 +247,7 @@ class SessionFastPath:
             except ClientDisconnect:
                 return  # the client left before the end of its body: nobody to answer, nothing to log
             create = _plain_create_body(scope, raw)
-            if create is None:
+            if create is None or create.gateway is not None:  # a gateway's URLs need the request's base URL
                 await self.app(scope, replay_body(raw, receive), send)
                 return
             work, status_code = _create(scope["app"].state.manager, create), status.HTTP_201_CREATED

@@ -1,6 +1,7 @@
 """An environment's episodes as an MCP server over streamable HTTP (the `[mcp]` extra).
 
-`mount(app)` adds the route `/v1/environments/{env}/mcp` when the `mcp` package is importable, and
+`mount(app)` adds the routes `/v1/environments/{env}/mcp` and `/v1/sessions/{session_id}/mcp` (an
+existing episode's tools, see `episode`) when the `mcp` package is importable, and
 `serving(app, manager, settings)` runs the SDK's session manager inside the app's lifespan; without
 the extra both do nothing, so the service starts as before. One MCP session is one gym session; the
 mapping is in docs/protocols.md, the choices in docs/decisions.md.
@@ -38,10 +39,13 @@ def mount(app: FastAPI) -> bool:
     from starlette.routing import Route
 
     from gym_server.protocols.mcp.endpoint import McpEndpoint
+    from gym_server.protocols.mcp.episode import EPISODE_MCP_PATH, EpisodeMcpEndpoint
 
     # A Route whose endpoint is not a function is a raw ASGI app, answering every method (the SDK
     # decides which it serves: POST, GET for the event stream, DELETE).
     app.router.routes.append(Route(MCP_PATH, McpEndpoint(), include_in_schema=False))
+    # An existing episode's tools, the episode named by the URL (docs/gateway.md).
+    app.router.routes.append(Route(EPISODE_MCP_PATH, EpisodeMcpEndpoint(), include_in_schema=False))
     return True
 
 

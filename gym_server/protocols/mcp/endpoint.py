@@ -36,7 +36,7 @@ from gym_server.core.settings import Settings
 from gym_server.protocols.mcp import mapping
 from gym_server.protocols.mcp.server import SCOPE_KEY, Binding, Episodes, build_server
 
-__all__ = ["McpEndpoint", "McpFacade"]
+__all__ = ["McpEndpoint", "McpFacade", "refuse_version", "send_error", "send_gym_error"]
 
 log = logging.getLogger(__name__)
 
@@ -79,21 +79,11 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         facade: McpFacade | None = getattr(scope["app"].state, "mcp", None)
         if facade is None:  # the app's lifespan has not started (or has ended)
-            await _send_error(send, 503, mapping.INTERNAL_ERROR, "the MCP facade is not running", None)
+            await send_error(send, 503, mapping.INTERNAL_ERROR, "the MCP facade is not running", None)
+            return
+        if await refuse_version(scope, send):
             return
         headers = dict(scope["headers"])
-        version = headers.get(_VERSION_HEADER)
-        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await _send_error(
-                send,
-                400,
-                mapping.INVALID_REQUEST,
-                "each MCP session here is one gym episode, so this endpoint speaks the protocol versions "
-                f"with an initialize handshake ({', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}); "
-                f"{version.decode('latin-1')[:40]!r} has no session",
-                None,
-            )
-            return
         env: str = scope["path_params"]["env"]
         mcp_id = headers.get(_SESSION_HEADER)
         if mcp_id is not None:
@@ -113,10 +103,10 @@ async def _in_session(
         # The SDK runs the session's handlers in the task of the request that opened it, so a request
         # of another tenant must be stopped here, answered as an MCP session id never issued.
         if not facade.episodes.manager.owned(binding.session_id):
-            await _send_error(send, 404, mapping.INVALID_REQUEST, "unknown MCP session", None)
+            await send_error(send, 404, mapping.INVALID_REQUEST, "unknown MCP session", None)
             return
         if binding.env != env:
-            await _send_error(
+            await send_error(
                 send,
                 404,
                 mapping.INVALID_REQUEST,
@@ -131,7 +121,7 @@ async def _in_session(
             except NotFoundError:
                 pass  # closed long ago, its id forgotten: its trajectory is stored
             except GymError as exc:  # not committed (the store is down): the client may repeat the DELETE
-                await _send_gym_error(send, exc, None)
+                await send_gym_error(send, exc, None)
                 return
             facade.episodes.unbind(mcp_id)
     await facade.sdk.handle_request(scope, receive, send)
@@ -159,7 +149,7 @@ async def _opening(facade: McpFacade, env: str, scope: Scope, receive: Receive, 
                 env, task_id=params.task_id, seed=params.seed, split=params.split, run=params.run
             )
         except GymError as exc:
-            await _send_gym_error(send, exc, request_id)
+            await send_gym_error(send, exc, request_id)
             return
         session_id = session.id
         scope.setdefault("state", {})[SCOPE_KEY] = session_id
@@ -286,11 +276,30 @@ def _query_pairs(scope: Scope) -> list[tuple[str, str]]:
         raise InvalidRequest("the MCP endpoint's query string is not UTF-8") from None
 
 
-async def _send_gym_error(send: Send, exc: GymError, request_id: str | int | None) -> None:
+async def refuse_version(scope: Scope, send: Send) -> bool:
+    """Answer a request of a protocol era without an initialize handshake (no session to hold an
+    episode) with a JSON-RPC error, on which the `mcp` client's `auto` mode falls back to the
+    handshake; returns whether it did."""
+    version = dict(scope["headers"]).get(_VERSION_HEADER)
+    if version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS:
+        return False
+    await send_error(
+        send,
+        400,
+        mapping.INVALID_REQUEST,
+        "each MCP session here is one gym episode, so this endpoint speaks the protocol versions "
+        f"with an initialize handshake ({', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}); "
+        f"{version.decode('latin-1')[:40]!r} has no session",
+        None,
+    )
+    return True
+
+
+async def send_gym_error(send: Send, exc: GymError, request_id: str | int | None) -> None:
     headers = [(name.lower().encode(), value.encode()) for name, value in exc.headers.items()]
     await send_json(send, exc.status, mapping.jsonrpc_error_body(exc, request_id), headers)
 
 
-async def _send_error(send: Send, status: int, code: int, message: str, request_id: str | int | None) -> None:
+async def send_error(send: Send, status: int, code: int, message: str, request_id: str | int | None) -> None:
     body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
     await send_json(send, status, orjson.dumps(body), [])

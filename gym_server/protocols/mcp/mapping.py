@@ -25,6 +25,7 @@ __all__ = [
     "EpisodeParams",
     "assistant_tool_call",
     "episode_meta",
+    "episode_over",
     "error_code",
     "instructions",
     "is_tool_error",
@@ -175,6 +176,15 @@ def episode_meta(
 ) -> dict[str, Any]:
     """The `_meta` of a `tools/call` result: where the episode stands after the step."""
     return {EPISODE_META_KEY: {"session_id": session_id, "done": done, "reward": reward, "info": info}}
+
+
+def episode_over(reward: float | None, *, tools: bool = False) -> str:
+    """What tells an agent its episode ended, in text, since frameworks read neither `_meta` nor `done`:
+    the episode gateway's answer after the end, and (with `tools`) an episode-scoped MCP tool result."""
+    score = "" if reward is None else f" (reward {round(reward, 4)})"
+    if tools:
+        return f"The episode is over{score}. Stop calling tools and give your final answer."
+    return f"The episode is over{score}."
 
 
 def instructions(env: str, task_id: str, messages: list[dict[str, Any]]) -> str:

@@ -25,11 +25,15 @@ from gym_server.protocols.mcp import mapping
 from gym_server.sdk.messages import Message
 from gym_server.sessions.manager import LiveSession, SessionManager
 
-__all__ = ["SCOPE_KEY", "Binding", "Episodes", "build_server", "mcp_error"]
+__all__ = ["EPISODE_URL_KEY", "SCOPE_KEY", "Binding", "Episodes", "build_server", "mcp_error"]
 
 # Where the endpoint leaves the request's gym session id, in the ASGI scope's `state` dict (which the
 # SDK's `Request` for the message reads back as `request.scope`).
 SCOPE_KEY = "gym_server.mcp.session_id"
+# Set when the request came through an episode's own MCP URL (`episode.py`): the end of the episode is
+# then said in the tool results' text, and a call after it is a tool error, since the agents that use
+# those URLs read neither `_meta` nor protocol errors as "stop".
+EPISODE_URL_KEY = "gym_server.mcp.episode_url"
 
 ServerContext = ServerRequestContext[dict[str, Any], Any]
 
@@ -87,9 +91,7 @@ class Episodes:
         Raises:
             MCPError: the MCP session stands for no episode, or its episode is closed or expired.
         """
-        request = ctx.request
-        state = request.scope.get("state", {}) if request is not None else {}
-        session_id = state.get(SCOPE_KEY) if isinstance(state, dict) else None
+        session_id = _scope_state(ctx).get(SCOPE_KEY)
         if not isinstance(session_id, str):
             raise MCPError(
                 mapping.INVALID_REQUEST,
@@ -100,6 +102,24 @@ class Episodes:
             return self.manager.get(session_id)
         except GymError as exc:
             raise mcp_error(exc) from None
+
+
+def _scope_state(ctx: ServerContext) -> dict[str, Any]:
+    """What the endpoint put in the request's scope `state` (empty when there is no HTTP request)."""
+    request = ctx.request
+    state = request.scope.get("state", {}) if request is not None else {}
+    return state if isinstance(state, dict) else {}
+
+
+def _over_result(session: LiveSession) -> types.CallToolResult:
+    """A tool call after the episode ended, through its episode URL: a tool error saying so (an
+    exception in most agent frameworks' tool nodes if it were a protocol error), nothing stepped."""
+    reward = session.verified.reward if session.verified is not None else None
+    text = mapping.episode_over(reward, tools=True)
+    meta = mapping.episode_meta(
+        session.id, done=True, reward=reward, info={"done_reason": session.env.done_reason}
+    )
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True, meta=meta)
 
 
 def mcp_error(exc: GymError) -> MCPError:
@@ -158,12 +178,18 @@ class _Handlers:
         except ValidationError as exc:  # e.g. text that cannot be encoded as UTF-8, as a native 422
             problems = "; ".join(error["msg"] for error in exc.errors())
             raise MCPError(mapping.INVALID_PARAMS, f"malformed tool call: {problems}") from None
+        episode_url = _scope_state(ctx).get(EPISODE_URL_KEY) is True
+        if episode_url and (session.env.done or session.truncated):
+            return _over_result(session)
         try:
             result = await self.episodes.manager.step(session.id, message.to_dict())
         except GymError as exc:
             raise mcp_error(exc) from None
         text = mapping.tool_reply(result.messages, result.info)
         meta = mapping.episode_meta(session.id, done=result.done, reward=result.reward, info=result.info)
+        if episode_url and result.done:
+            over = mapping.episode_over(result.reward, tools=True)
+            text = over if text is None else f"{text}\n\n{over}"
         if text is None:  # the environment ended the episode without a reply: no content, no error
             return types.CallToolResult(content=[], is_error=False, meta=meta)
         return types.CallToolResult(

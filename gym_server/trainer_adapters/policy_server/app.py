@@ -11,8 +11,9 @@ fields it implements have vLLM's names and shapes:
   included in `token_ids` when sampling stopped on it, as vLLM does);
 - `POST /v1/chat/completions`: messages and tools rendered by the chat template, Hermes tool calls
   parsed into `message.tool_calls` (`finish_reason: "tool_calls"`), `logprobs`, `return_token_ids`
-  (top-level `prompt_token_ids`, `choices[].token_ids`), and `stream` (the finished completion as
-  server-sent chunks; `stream_options.include_usage` adds the usage chunk);
+  (top-level `prompt_token_ids`, on the first chunk when streamed; `choices[].token_ids`), and
+  `stream` (the finished completion as server-sent chunks; `stream_options.include_usage` adds the
+  usage chunk);
 - `POST /tokenize` (a `prompt`, or `messages` + `tools` through the chat template) and
   `POST /detokenize`, so a driver without the tokenizer (the gym's `POST /v1/rollouts`) can render.
 
@@ -239,7 +240,10 @@ def _chat_events(answer: dict[str, Any], include_usage: bool) -> Iterator[bytes]
         first = {"index": index, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}
         if "token_ids" in choice:
             first["token_ids"] = choice["token_ids"]
-        yield event(head | {"choices": [first]})
+        opening = head
+        if index == 0 and "prompt_token_ids" in answer:  # as vLLM streams it: on the first chunk
+            opening = head | {"prompt_token_ids": answer["prompt_token_ids"]}
+        yield event(opening | {"choices": [first]})
         last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
         yield event(head | {"choices": [last]})
     if include_usage:

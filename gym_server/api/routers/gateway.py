@@ -1,0 +1,115 @@
+"""The episode gateway's routes (docs/gateway.md): the OpenAI-compatible base URL of an episode, the
+final answer of an agent that used its own tools, and the token-exact samples of a stored episode.
+
+The OpenAI routes answer errors in OpenAI's shape (`{"error": {"message", "type", "code"}}`), which the
+agents' OpenAI clients parse, and read their body themselves: a chat request is passed on as the agent
+wrote it (fields the gym does not know included), so it is not a pydantic model here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import orjson
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gym_server.api.deps import ManagerDep, StoreDep, TenantDep
+from gym_server.api.schemas import EpisodeAnswered, GatewayAnswer
+from gym_server.core.errors import RolloutNotFound
+from gym_server.core.problems import StrictJsonRoute
+from gym_server.gateway.errors import GatewayError
+from gym_server.gateway.record import SOURCE
+from gym_server.gateway.samples import SamplesReport, samples_report
+from gym_server.gateway.service import Gateways
+
+router = APIRouter(tags=["gateway"], route_class=StrictJsonRoute)
+
+_OPENAI = "/v1/sessions/{session_id}/openai/v1"
+_OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "not a chat request the gateway records (OpenAI's error shape)"},
+    404: {"description": "unknown episode, or one opened without a gateway"},
+    410: {"description": "the episode was closed or expired"},
+    502: {"description": "the upstream failed or gave no token ids: the episode is stored as policy_error"},
+    504: {"description": "the upstream was too slow: the episode is stored as policy_timeout"},
+}
+
+
+def _gateways(request: Request) -> Gateways:
+    return cast(Gateways, request.app.state.gateways)
+
+
+def _error(exc: GatewayError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+@router.post(
+    f"{_OPENAI}/chat/completions", summary="OpenAI chat completions, recorded", responses=_OPENAI_ERRORS
+)
+async def chat_completions(session_id: str, request: Request) -> Response:
+    """Forwarded to the episode's upstream asking for token ids and logprobs; the complete call is
+    recorded on the episode. After the episode ended: an assistant message saying so, not recorded."""
+    try:
+        try:
+            body: Any = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            raise GatewayError.bad_request("the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise GatewayError.bad_request("the body must be a JSON object (a chat completion request)")
+        gateways = _gateways(request)
+        if body.get("stream") is True:
+            events = await gateways.chat_stream(session_id, body)
+            return StreamingResponse(events, media_type="text/event-stream")
+        return JSONResponse(await gateways.chat(session_id, body))
+    except GatewayError as exc:
+        return _error(exc)
+
+
+@router.get(f"{_OPENAI}/models", summary="The upstream's models", responses=_OPENAI_ERRORS)
+async def list_models(session_id: str, request: Request) -> Response:
+    try:
+        return JSONResponse(await _gateways(request).models(session_id))
+    except GatewayError as exc:
+        return _error(exc)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/answer",
+    response_model=EpisodeAnswered,
+    summary="End the episode on the agent's final answer, score and store it",
+    responses={404: {"description": "unknown session"}, 410: {"description": "closed or expired"}},
+)
+async def answer_episode(session_id: str, body: GatewayAnswer, manager: ManagerDep) -> EpisodeAnswered:
+    """For an agent with its own tools: the environment's verifier scores the final answer (given, or
+    the last recorded assistant message's content) and the episode is closed and stored."""
+    text = body.answer
+    if text is None:
+        session = manager.get(session_id)
+        text = _last_answer(session.turn_data)
+    result = await manager.answer(session_id, text)
+    return EpisodeAnswered(**result.model_dump())
+
+
+def _last_answer(turns: list[dict[str, Any]]) -> str:
+    for turn in reversed(turns):
+        response = turn.get("response") if turn.get("source") == SOURCE else None
+        if isinstance(response, dict):
+            return str(response.get("content") or "")
+    return ""
+
+
+@router.get(
+    "/v1/rollouts/{rollout_id}/samples",
+    response_model=SamplesReport,
+    summary="The episode's token-exact training samples",
+    responses={404: {"description": "unknown rollout"}},
+)
+async def rollout_samples(rollout_id: str, store: StoreDep, tenant: TenantDep) -> SamplesReport:
+    """The recorded gateway calls split into samples with action masks (docs/gateway.md)."""
+    record = await store.get(rollout_id, tenant=tenant)
+    if record is None:
+        raise RolloutNotFound(rollout_id)
+    calls = sorted((turn for turn in record.turns if turn.get("source") == SOURCE), key=lambda t: t["call"])
+    # In a thread: an episode's token ids run to megabytes, and comparing prefixes is CPU work.
+    return await asyncio.to_thread(samples_report, calls, record.reward)

@@ -1,0 +1,107 @@
+"""Token-exact training samples from an episode's recorded gateway calls: the splitting rule.
+
+A trainer learns from token sequences the policy actually saw and produced. When every call's prompt
+is the previous call's prompt and completion followed by new tokens (tool results, a user turn, the
+chat template's glue), the whole episode is one sequence: the model's tokens get mask 1 and their
+logprobs, everything in between mask 0. A chat template that rewrites history (Qwen3-style dropping of
+earlier reasoning, truncation, a system prompt that changes) breaks that prefix, and the sequence the
+next call saw is not the one recorded so far: a new sample starts there. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = ["CallTokens", "Sample", "SamplesReport", "call_tokens", "samples_report", "split_samples"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallTokens:
+    """One complete, token-exact gateway call: what the policy saw and what it sampled."""
+
+    index: int
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    logprobs: Sequence[float]
+
+
+class Sample(BaseModel):
+    """One training sequence: `prompt_ids`, then `completion_ids` with a `mask` (1: sampled by the
+    policy, with its logprob; 0: tokens in between, logprob 0.0), made of the calls in `calls`."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    mask: list[int]
+    calls: list[int] = Field(description="the indexes of the recorded calls this sample holds")
+
+
+class SamplesReport(BaseModel):
+    """`GET /v1/rollouts/{id}/samples`: the episode's samples and what they cover."""
+
+    token_exact: bool = Field(description="every recorded call came with token ids")
+    samples: list[Sample]
+    masked_share: float = Field(description="share of the completion-side tokens with mask 0")
+    num_calls: int = Field(description="calls recorded on the episode (those without token ids included)")
+    reward: float | None = Field(None, description="the episode's reward; it applies to every sample")
+
+
+def split_samples(calls: Iterable[CallTokens]) -> list[Sample]:
+    """The calls, in order, as samples: a call whose prompt starts with the current sample's prompt and
+    completion extends it; any other call starts a new sample."""
+    samples: list[Sample] = []
+    for call in calls:
+        current = samples[-1] if samples else None
+        seen = len(current.prompt_ids) + len(current.completion_ids) if current else 0
+        prompt = list(call.prompt_ids)
+        if current is not None and prompt[:seen] == current.prompt_ids + current.completion_ids:
+            gap = prompt[seen:]
+            current.completion_ids += gap + list(call.completion_ids)
+            current.logprobs += [0.0] * len(gap) + [float(lp) for lp in call.logprobs]
+            current.mask += [0] * len(gap) + [1] * len(call.completion_ids)
+            current.calls.append(call.index)
+            continue
+        samples.append(
+            Sample(
+                prompt_ids=prompt,
+                completion_ids=list(call.completion_ids),
+                logprobs=[float(lp) for lp in call.logprobs],
+                mask=[1] * len(call.completion_ids),
+                calls=[call.index],
+            )
+        )
+    return samples
+
+
+def call_tokens(record: dict[str, Any]) -> CallTokens | None:
+    """The tokens of one stored call record (see `gym_server.gateway.record`), or None when the call
+    carries no token ids (an evaluation-only upstream)."""
+    prompt, completion, logprobs = (
+        record.get("prompt_ids"),
+        record.get("completion_ids"),
+        record.get("logprobs"),
+    )
+    if not isinstance(prompt, list) or not isinstance(completion, list):
+        return None
+    if not isinstance(logprobs, list) or len(logprobs) != len(completion):
+        logprobs = [0.0] * len(completion)
+    return CallTokens(int(record["call"]), prompt, completion, logprobs)
+
+
+def samples_report(calls: Sequence[dict[str, Any]], reward: float | None = None) -> SamplesReport:
+    """The report over an episode's stored call records (in call order)."""
+    tokens = [call_tokens(record) for record in calls]
+    samples = split_samples(token for token in tokens if token is not None)
+    total = sum(len(sample.mask) for sample in samples)
+    masked = sum(sample.mask.count(0) for sample in samples)
+    return SamplesReport(
+        token_exact=all(token is not None for token in tokens),
+        samples=samples,
+        masked_share=round(masked / total, 6) if total else 0.0,
+        num_calls=len(calls),
+        reward=reward,
+    )
