@@ -158,6 +158,22 @@ export class GymClient {
     await this.request("delete", "/v1/sessions/{session_id}", { path: { session_id: sessionId } });
   }
 
+  /**
+   * End an episode whose agent used its own tools: the environment's verifier scores `answer` (omitted: the
+   * last assistant message the episode's gateway recorded), and the episode is closed and stored.
+   */
+  answer(sessionId: string, answer?: string): Promise<Schemas["EpisodeAnswered"]> {
+    return this.request("post", "/v1/sessions/{session_id}/answer", {
+      path: { session_id: sessionId },
+      body: { answer: answer ?? null },
+    });
+  }
+
+  /** A stored episode's token-exact training samples, from the calls its gateway recorded. */
+  samples(rolloutId: string): Promise<Schemas["SamplesReport"]> {
+    return this.request("get", "/v1/rollouts/{rollout_id}/samples", { path: { rollout_id: rolloutId } });
+  }
+
   /** A stored trajectory. */
   rollout(rolloutId: string): Promise<Schemas["TrajectoryRecord"]> {
     return this.request("get", "/v1/rollouts/{rollout_id}", { path: { rollout_id: rolloutId } });

@@ -276,6 +276,85 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/openai/v1/chat/completions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OpenAI chat completions, recorded
+         * @description Forwarded to the episode's upstream asking for token ids and logprobs; the complete call is
+         *     recorded on the episode. After the episode ended: an assistant message saying so, not recorded.
+         */
+        post: operations["chat_completions_v1_sessions__session_id__openai_v1_chat_completions_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/openai/v1/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The upstream's models */
+        get: operations["list_models_v1_sessions__session_id__openai_v1_models_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{session_id}/answer": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End the episode on the agent's final answer, score and store it
+         * @description For an agent with its own tools: the environment's verifier scores the final answer (given, or
+         *     the last recorded assistant message's content) and the episode is closed and stored.
+         */
+        post: operations["answer_episode_v1_sessions__session_id__answer_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/rollouts/{rollout_id}/samples": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The episode's token-exact training samples
+         * @description The recorded gateway calls split into samples with action masks (docs/gateway.md).
+         */
+        get: operations["rollout_samples_v1_rollouts__rollout_id__samples_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/verify": {
         parameters: {
             query?: never;
@@ -524,6 +603,8 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description open the episode with a recording OpenAI-compatible gateway (docs/gateway.md) */
+            gateway?: components["schemas"]["GatewaySpec"] | null;
         };
         /** DatasetInfo */
         DatasetInfo: {
@@ -564,6 +645,32 @@ export interface components {
             environments: components["schemas"]["EnvironmentInfo"][];
         };
         /**
+         * EpisodeAnswered
+         * @description The answer to POST /v1/sessions/{id}/answer: the score, and the episode is done (and stored).
+         */
+        EpisodeAnswered: {
+            /** Reward */
+            reward: number;
+            /** Components */
+            components?: {
+                [key: string]: number;
+            };
+            /** Info */
+            info?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Failure
+             * @description failure class, e.g. judge_failed or verify_timeout
+             */
+            failure?: string | null;
+            /**
+             * Done
+             * @default true
+             */
+            done?: boolean;
+        };
+        /**
          * FunctionCall
          * @description The function of a tool call; `arguments` is a JSON string as OpenAI sends it (or an object).
          */
@@ -574,9 +681,62 @@ export interface components {
              * Arguments
              * @default {}
              */
-            arguments: string | {
+            arguments?: string | {
                 [key: string]: unknown;
             };
+        };
+        /**
+         * GatewayAnswer
+         * @description POST /v1/sessions/{id}/answer: the final answer of an agent that used its own tools.
+         */
+        GatewayAnswer: {
+            /**
+             * Answer
+             * @description the final answer text; omitted: the last recorded assistant message's content
+             */
+            answer?: string | null;
+        };
+        /** GatewayLinks */
+        GatewayLinks: {
+            /**
+             * Base Url
+             * @description the episode's OpenAI-compatible base URL (…/openai/v1)
+             */
+            base_url: string;
+            /**
+             * Mcp Url
+             * @description the episode's MCP endpoint (streamable HTTP): its tools, bound to it
+             */
+            mcp_url: string;
+        };
+        /**
+         * GatewaySpec
+         * @description `gateway` in POST /v1/sessions: the episode gets a recording OpenAI-compatible base URL and an MCP
+         *     URL of its own (docs/gateway.md).
+         */
+        GatewaySpec: {
+            /**
+             * Upstream
+             * @description base URL of the policy endpoint the agent's calls go to; one of the operator's (GYM_ROLLOUT_RUNS__POLICY_URLS), else 422 before any connection
+             * @example http://127.0.0.1:8000/v1
+             */
+            upstream: string;
+            /**
+             * Model
+             * @description the model every call asks for (null: the agent's)
+             */
+            model?: string | null;
+            /**
+             * Token Exact
+             * @description true (training): an upstream answer without token ids is refused (502); false (evaluation only): accepted, and the episode is marked not token-exact
+             * @default true
+             */
+            token_exact?: boolean;
+            /**
+             * Api Key
+             * @description sent to the upstream as a bearer token; never stored
+             */
+            api_key?: string | null;
         };
         /** HTTPValidationError */
         HTTPValidationError: {
@@ -622,14 +782,14 @@ export interface components {
              * @default completions
              * @enum {string}
              */
-            api: "completions" | "chat";
+            api?: "completions" | "chat";
             /** Api Key */
             api_key?: string | null;
             /**
              * Timeout S
              * @default 300
              */
-            timeout_s: number;
+            timeout_s?: number;
         };
         /**
          * ReverifyResponse
@@ -711,7 +871,7 @@ export interface components {
              * @description episodes per task (a GRPO group), same task and seed
              * @default 1
              */
-            n: number;
+            n?: number;
             /**
              * Seed
              * @description gym seed of every task's start state
@@ -725,24 +885,72 @@ export interface components {
              * Max Turns
              * @default 8
              */
-            max_turns: number;
+            max_turns?: number;
             /**
              * Max Completion Tokens
              * @default 2048
              */
-            max_completion_tokens: number;
+            max_completion_tokens?: number;
             /**
              * Concurrency
              * @description episodes played at once, at most the server's max_concurrency
              * @default 16
              */
-            concurrency: number;
+            concurrency?: number;
             /**
              * Wait
              * @description answer when the run is finished instead of at once
              * @default false
              */
-            wait: boolean;
+            wait?: boolean;
+        };
+        /**
+         * Sample
+         * @description One training sequence: `prompt_ids`, then `completion_ids` with a `mask` (1: sampled by the
+         *     policy, with its logprob; 0: tokens in between, logprob 0.0), made of the calls in `calls`.
+         */
+        Sample: {
+            /** Prompt Ids */
+            prompt_ids: number[];
+            /** Completion Ids */
+            completion_ids: number[];
+            /** Logprobs */
+            logprobs: number[];
+            /** Mask */
+            mask: number[];
+            /**
+             * Calls
+             * @description the indexes of the recorded calls this sample holds
+             */
+            calls: number[];
+        };
+        /**
+         * SamplesReport
+         * @description `GET /v1/rollouts/{id}/samples`: the episode's samples and what they cover.
+         */
+        SamplesReport: {
+            /**
+             * Token Exact
+             * @description every recorded call came with token ids
+             */
+            token_exact: boolean;
+            /** Samples */
+            samples: components["schemas"]["Sample"][];
+            /**
+             * Masked Share
+             * @description share of the completion-side tokens with mask 0
+             */
+            masked_share: number;
+            /**
+             * Num Calls
+             * @description calls recorded on the episode (those without token ids included)
+             */
+            num_calls: number;
+            /**
+             * Reward
+             * @description the episode's reward; it applies to every sample
+             */
+            reward?: number | null;
         };
         /** SamplingSpec */
         SamplingSpec: {
@@ -750,17 +958,17 @@ export interface components {
              * Max Tokens
              * @default 512
              */
-            max_tokens: number;
+            max_tokens?: number;
             /**
              * Temperature
              * @default 1
              */
-            temperature: number;
+            temperature?: number;
             /**
              * Top P
              * @default 1
              */
-            top_p: number;
+            top_p?: number;
             /** Seed */
             seed?: number | null;
         };
@@ -801,6 +1009,8 @@ export interface components {
              * Format: date-time
              */
             expires_at: string;
+            /** @description the episode's URLs, when opened with a gateway */
+            gateway?: components["schemas"]["GatewayLinks"] | null;
         };
         /** SessionState */
         SessionState: {
@@ -893,7 +1103,7 @@ export interface components {
              * @default function
              * @constant
              */
-            type: "function";
+            type?: "function";
             function: components["schemas"]["FunctionCall"];
         };
         /**
@@ -914,7 +1124,7 @@ export interface components {
             /** Seed */
             seed?: number | null;
             /** @default live */
-            status: components["schemas"]["TrajectoryStatus"];
+            status?: components["schemas"]["TrajectoryStatus"];
             /** Failure */
             failure?: string | null;
             /** Done Reason */
@@ -968,7 +1178,7 @@ export interface components {
              * Num Turns
              * @default 0
              */
-            num_turns: number;
+            num_turns?: number;
             /** Server Name */
             server_name?: string | null;
             /**
@@ -976,7 +1186,7 @@ export interface components {
              * @description the tenant of the API key that created it
              * @default default
              */
-            tenant: string;
+            tenant?: string;
             /**
              * Created At
              * Format: date-time
@@ -1783,6 +1993,225 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    chat_completions_v1_sessions__session_id__openai_v1_chat_completions_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description not a chat request the gateway records (OpenAI's error shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unknown episode, or one opened without a gateway */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the episode was closed or expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the upstream failed or gave no token ids: the episode is stored as policy_error */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the upstream was too slow: the episode is stored as policy_timeout */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    list_models_v1_sessions__session_id__openai_v1_models_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+            /** @description not a chat request the gateway records (OpenAI's error shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unknown episode, or one opened without a gateway */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the episode was closed or expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the upstream failed or gave no token ids: the episode is stored as policy_error */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the upstream was too slow: the episode is stored as policy_timeout */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    answer_episode_v1_sessions__session_id__answer_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GatewayAnswer"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EpisodeAnswered"];
+                };
+            };
+            /** @description unknown session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description closed or expired */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    rollout_samples_v1_rollouts__rollout_id__samples_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                rollout_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SamplesReport"];
+                };
+            };
+            /** @description unknown rollout */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
             };
         };
     };
