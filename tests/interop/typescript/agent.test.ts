@@ -43,6 +43,7 @@ interface GatewayCall {
   completion_ids: number[];
   logprobs: number[];
   finish_reason: string;
+  stream: boolean;
 }
 
 async function stored(id: string): Promise<Schemas["TrajectoryRecord"]> {
@@ -57,19 +58,30 @@ async function stored(id: string): Promise<Schemas["TrajectoryRecord"]> {
   }, `rollout ${id} stored`);
 }
 
-/** The policy's own answers to the chat calls forwarded since `from`, as (prompt ids, token ids, logprobs). */
-function policyAnswers(from: number): { prompt: number[]; tokens: number[]; logprobs: number[] }[] {
+/** The policy's own answers to the chat calls forwarded since `from`: prompt ids, token ids, logprobs, read
+ * from a whole answer or from the chunks of a streamed one (prompt ids on the first, as vLLM streams). */
+function policyAnswers(from: number): { stream: boolean; prompt: number[]; tokens: number[]; logprobs: number[] }[] {
   return proxy.calls
     .slice(from)
     .filter((call) => call.path.endsWith("/chat/completions"))
     .map((call) => {
       assert.equal(call.status, 200, call.response);
-      const answer = JSON.parse(call.response);
-      const choice = answer.choices[0];
+      if (call.request.stream !== true) {
+        const answer = JSON.parse(call.response);
+        const choice = answer.choices[0];
+        const logprobs = choice.logprobs.content.map((item: { logprob: number }) => item.logprob);
+        return { stream: false, prompt: answer.prompt_token_ids, tokens: choice.token_ids, logprobs };
+      }
+      const chunks = call.response
+        .split("\n")
+        .filter((line) => line.startsWith("data: ") && line !== "data: [DONE]")
+        .map((line) => JSON.parse(line.slice(6)));
+      const choices = chunks.flatMap((chunk) => chunk.choices.filter((choice: { index: number }) => choice.index === 0));
       return {
-        prompt: answer.prompt_token_ids,
-        tokens: choice.token_ids,
-        logprobs: choice.logprobs.content.map((item: { logprob: number }) => item.logprob),
+        stream: true,
+        prompt: chunks[0].prompt_token_ids,
+        tokens: choices.flatMap((choice) => choice.token_ids ?? []),
+        logprobs: choices.flatMap((choice) => (choice.logprobs?.content ?? []).map((item: { logprob: number }) => item.logprob)),
       };
     });
 }
@@ -92,6 +104,8 @@ async function assertTokenExactAndReplayable(
   assert.ok(calls.length >= 1, "the agent's model calls went through the gateway");
   assert.equal(calls.length, answers.length);
   calls.forEach((call, i) => {
+    assert.equal(call.stream, answers[i]!.stream, `call ${i}: streamed`);
+    assert.ok(call.completion_ids.length > 0, `call ${i}: no completion ids`);
     assert.deepEqual(call.prompt_ids, answers[i]!.prompt, `call ${i}: prompt ids`);
     assert.deepEqual(call.completion_ids, answers[i]!.tokens, `call ${i}: completion ids`);
     assert.deepEqual(call.logprobs, answers[i]!.logprobs, `call ${i}: logprobs`);
@@ -138,11 +152,11 @@ test("plays counter with the environment's MCP tools: token-exact, and the rewar
   assert.equal(record.run, "ts-agent");
 });
 
-test("plays workplace, multi-turn, through the same two URLs: token-exact, and the reward replays", async (t) => {
+test("plays workplace, multi-turn, streamed (streamText) through the same two URLs: token-exact, and the reward replays", async (t) => {
   const from = proxy.calls.length;
   const tasks = await client.request("get", "/v1/environments/{env}/tasks", { path: { env: "workplace" }, query: { limit: 1 } });
   const taskId = String(tasks.tasks[0]!.id);
-  const result = await playEpisode({ gym: gym.url, env: "workplace", task_id: taskId, seed: 0, upstream: `${proxy.url}/v1`, model: MODEL });
+  const result = await playEpisode({ gym: gym.url, env: "workplace", task_id: taskId, seed: 0, upstream: `${proxy.url}/v1`, model: MODEL, stream: true });
   t.diagnostic(JSON.stringify({ reward: result.reward, steps: result.steps, tools: result.toolResults, text: result.text }));
   const record = await assertTokenExactAndReplayable(result, from, { task_id: taskId, seed: 0 });
   assert.equal(record.env, "workplace");

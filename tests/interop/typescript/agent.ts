@@ -9,7 +9,7 @@
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { dynamicTool, generateText, jsonSchema, stepCountIs, type ModelMessage, type ToolSet } from "ai";
+import { dynamicTool, generateText, jsonSchema, stepCountIs, streamText, type ModelMessage, type ToolSet } from "ai";
 
 import { GymClient, type Schemas } from "../../../clients/typescript/src/index.ts";
 
@@ -30,6 +30,8 @@ export interface EpisodeRequest {
   /** Most model calls the agent makes. */
   maxSteps?: number;
   maxOutputTokens?: number;
+  /** Stream the model's answers (`streamText`) instead of waiting for each whole (`generateText`). */
+  stream?: boolean;
 }
 
 export interface EpisodeResult {
@@ -88,25 +90,33 @@ export async function playEpisode(request: EpisodeRequest): Promise<EpisodeResul
   const mcp = new Client({ name: "gym-typescript-agent", version: "0.1.0" });
   await mcp.connect(new StreamableHTTPClientTransport(new URL(session.gateway.mcp_url), { requestInit: { headers: auth } }));
   const toolResults: string[] = [];
-  let result;
+  let text: string;
+  let steps: number;
   try {
-    result = await generateText({
+    const settings = {
       model: provider.chatModel(request.model),
       ...opening(session),
       tools: await episodeTools(mcp),
       stopWhen: stepCountIs(request.maxSteps ?? 6),
       maxOutputTokens: request.maxOutputTokens ?? 48,
       seed: request.seed,
-      onStepFinish: (step) => {
+      onStepFinish: (step: { toolResults: { output: unknown }[] }) => {
         for (const part of step.toolResults) toolResults.push(String(part.output));
       },
-    });
+    };
+    if (request.stream) {
+      const streamed = streamText({ ...settings, onError: ({ error }) => console.error(error) });
+      [text, steps] = [await streamed.text, (await streamed.steps).length];
+    } else {
+      const whole = await generateText(settings);
+      [text, steps] = [whole.text, whole.steps.length];
+    }
   } finally {
     await mcp.close();
   }
 
   // The end: the environment's verifier scores the episode (as it stands when its tools ended it, else on
   // the agent's final text), and the episode is stored.
-  const scored = await gym.answer(session.session_id, result.text);
-  return { sessionId: session.session_id, reward: scored.reward, text: result.text, steps: result.steps.length, toolResults };
+  const scored = await gym.answer(session.session_id, text);
+  return { sessionId: session.session_id, reward: scored.reward, text, steps, toolResults };
 }
