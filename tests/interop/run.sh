@@ -11,6 +11,10 @@
 # servers they start run from $PYTHON on free loopback ports, so peers do not collide), each peer's output
 # printed whole when it ends. `-P` keeps the repository root off sys.path, so
 # only what the peer's venv installed is imported.
+# A peer folder with a package.json instead (typescript) is a Node project: its node_modules is built by
+# `npm ci` from its package-lock.json into the same cache, keyed by the lock and the node version, linked
+# as the folder's node_modules, and its tests run with node's own test runner (`npm test`) after `npm run
+# typecheck`; its gym servers run from $PYTHON too.
 # Environment: PYTHON (default python3), GYM_CI_CACHE, GYM_INTEROP_JOBS (default 2),
 #              GYM_INTEROP_INSTALL (default 1; 0: use the project's environment as it is, install nothing).
 set -euo pipefail
@@ -27,7 +31,9 @@ install_only=0
 [ "${1:-}" != --install ] || { install_only=1; shift; }
 peers=("$@")
 if [ ${#peers[@]} -eq 0 ]; then
-    for dir in tests/interop/*/; do [ -f "$dir/requirements.txt" ] && peers+=("$(basename "$dir")"); done
+    for dir in tests/interop/*/; do
+        [ -f "$dir/requirements.txt" ] || [ -f "$dir/package.json" ] && peers+=("$(basename "$dir")")
+    done
 fi
 [ ${#peers[@]} -gt 0 ] || { echo "no interop peers under tests/interop"; exit 1; }
 
@@ -84,11 +90,45 @@ venv() {
     echo "$venv"
 }
 
+# node_modules PEER: print the path of a complete node_modules for the Node peer PEER, `npm ci` building
+# it when the cache has none. Key: package-lock.json and the node binary (its path, version and platform);
+# the same stamp, lock file and two-week clean-up as a venv. The peer folder's node_modules links to it.
+node_modules() {
+    local peer=$1 dir=tests/interop/$1 key built
+    command -v node >/dev/null && command -v npm >/dev/null \
+        || { echo "$peer needs Node 20 and npm on PATH" >&2; return 2; }
+    key=$({ cat "$dir/package-lock.json"; command -v node; node -p 'process.version + " " + process.platform + " " + process.arch'; } \
+        | sha256sum | cut -c1-16)
+    built=$CACHE/$peer-$key
+    (
+        flock 9
+        if [ -f "$built/.gym-complete" ] && [ -d "$built/node_modules" ]; then
+            echo "== $peer: reusing $built" >&2
+        else
+            echo "== $peer: building $built (npm ci)" >&2
+            rm -rf "$built"
+            mkdir -p "$built"
+            cp "$dir/package.json" "$dir/package-lock.json" "$built/"
+            (cd "$built" && npm ci --no-audit --no-fund --loglevel=error) >&2
+            touch "$built/.gym-complete"
+        fi
+        find "$CACHE" -maxdepth 2 -path "$CACHE/$peer-*/.gym-complete" -mtime +14 -printf '%h\n' \
+            | grep -vxF "$built" | xargs -r rm -rf
+        touch "$built/.gym-complete"
+    ) 9>"$CACHE/$peer.lock" || return 1
+    [ -L "$dir/node_modules" ] || rm -rf "$dir/node_modules"
+    ln -sfn "$(realpath "$built/node_modules")" "$dir/node_modules"
+    [ -L "var/interop/$peer" ] || rm -rf "var/interop/$peer"
+    ln -sfn "$(realpath "$built")" "var/interop/$peer"
+    echo "$built"
+}
+
 # The union of the peers' gym extras, installed once: the project's environment is shared by all peers.
 extras=()
 for peer in "${peers[@]}"; do
     dir=tests/interop/$peer
-    [ -f "$dir/requirements.txt" ] || { echo "unknown peer '$peer': no $dir/requirements.txt"; exit 2; }
+    [ -f "$dir/requirements.txt" ] || [ -f "$dir/package.json" ] \
+        || { echo "unknown peer '$peer': no $dir/requirements.txt or $dir/package.json"; exit 2; }
     [ -f "$dir/gym-extras" ] && extras+=($(tr ',' ' ' <"$dir/gym-extras"))
 done
 extras=$(printf '%s\n' "${extras[@]}" | sort -u | paste -sd, -)
@@ -104,6 +144,15 @@ fi
 # run_peer PEER LOG: the venv, then the tests; the exit status is the tests'.
 run_peer() {
     local peer=$1 python venv start=$SECONDS code=0
+    if [ -f "tests/interop/$peer/package.json" ]; then
+        node_modules "$peer" >/dev/null || return 2
+        python=$(command -v "$PYTHON")
+        echo "== $peer: typecheck and tests (node $(node --version))"
+        (cd "tests/interop/$peer" && npm run --silent typecheck && GYM_INTEROP_PYTHON=$python npm test --silent) \
+            || code=$?
+        echo "== $peer: exit $code after $((SECONDS - start)) s"
+        return $code
+    fi
     python=$(interpreter "$peer") && venv=$(venv "$peer" "$python") || return 2
     echo "== $peer: tests"
     GYM_INTEROP_PYTHON=$(command -v "$PYTHON") "$venv/bin/python" -P -m pytest -c "tests/interop/$peer/pytest.ini" \
