@@ -140,8 +140,8 @@ def preference_rows(records: Iterable[TrajectoryRecord], min_margin: float) -> l
     rows = []
     for key, group in sorted(groups.items(), key=lambda item: item[0]):
         chosen, rejected = group.best, group.worst
-        if (chosen.reward or 0.0) - (rejected.reward or 0.0) < min_margin:
-            continue
+        if chosen.id == rejected.id or (chosen.reward or 0.0) - (rejected.reward or 0.0) < min_margin:
+            continue  # a group of one episode has no pair, whatever the margin
         prompt = _opening(chosen.messages)
         rows.append(
             {

@@ -66,6 +66,8 @@ def test_preference_pairs_the_best_against_the_worst_of_one_opening() -> None:
     assert (row["chosen_reward"], row["rejected_reward"], row["task_id"]) == (1.0, 0.0, "count-a")
     assert json.loads(row["tools"]) == TOOLS
     # a smaller margin admits count-b's pair (0.5 over 0.25)
+    # a margin of 0 pairs every group of two or more (count-a's other opening has one episode: no pair)
+    assert len(preference_rows(r1, min_margin=0.0)) == 2
     wider = preference_rows(r1, min_margin=0.25)
     assert [(row["chosen_id"], row["rejected_id"]) for row in wider] == [
         ("a-best", "a-wrong"),

@@ -18,6 +18,8 @@ from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import upsert_trajectories
 
+pytestmark = pytest.mark.slow  # a served gym process
+
 # policy `tiny` on counter's validation split: 0050 never solved, 0051 always, 0052 half the time
 HISTORY = {"counter-0050": (0, 2), "counter-0051": (2, 2), "counter-0052": (1, 2)}
 VALIDATION = {f"counter-{n:04d}" for n in range(50, 60)}
