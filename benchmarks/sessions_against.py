@@ -15,6 +15,7 @@ on both servers back to back, alternating which goes first (ABBA), so drift touc
 table gives each round's rates, the ratio of the medians, and the load average when each level ended.
 It also gives the server's CPU time per request (from /proc, over the measured window): unlike steps/s,
 it barely moves when other processes take the core, so on a busy machine it is the steadier comparison.
+A run killed with SIGKILL leaves its worktree registered: `git worktree prune` forgets it.
 The workload is `sessions.py`'s: C clients each looping over episodes of the `counter` environment
 (create, K steps, verify, close) on one keep-alive connection.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -171,8 +173,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the servers and removes the worktree
     pinned = (os.cpu_count() or 1) > LOADGEN_CORE and pin(0, LOADGEN_CORE)
     machine = machine_description()
     commit = _git("rev-parse", "--short", f"{args.against}^{{commit}}")
