@@ -10,6 +10,7 @@ Runs from the gym's venv: `python -m uvicorn --app-dir benchmarks/peers chat_ech
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 
 import orjson
 from starlette.applications import Starlette
@@ -51,15 +52,15 @@ _STREAM = [
 ]
 
 
+async def _events() -> AsyncIterator[bytes]:
+    for event in _STREAM:
+        yield event
+
+
 async def chat(request: Request) -> Response:
     body = orjson.loads(await request.body())
     if body.get("stream") is True:
-
-        async def events():  # type: ignore[no-untyped-def]
-            for event in _STREAM:
-                yield event
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return StreamingResponse(_events(), media_type="text/event-stream")
     return Response(_WHOLE, media_type="application/json")
 
 
