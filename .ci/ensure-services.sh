@@ -20,3 +20,11 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 bash .ci/setup-sandbox.sh
+
+# A compose CLI: tests/test_compose_gpu.py validates the compose files with it (and fails under CI without
+# one). .ci/stack-test.sh installs the same when it is missing, but CI runs the suite beside it, not after.
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  echo "installing Debian's docker-compose (no compose plugin here)"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose
+fi

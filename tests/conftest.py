@@ -193,7 +193,10 @@ class ServerProcess:
     args: list[str]
     process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 90.0) -> None:
+        """Start and wait for /readyz. The deadline only catches a hung start: a start costs about 5 s of
+        CPU, and in CI the suite's 4 workers share 2 cores with the stack and interop tests (it was 30 s,
+        which a start missed at load average 18)."""
         self.process = subprocess.Popen(
             self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
