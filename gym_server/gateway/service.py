@@ -25,6 +25,7 @@ from gym_server.core.errors import EndpointNotAllowed, GymError
 from gym_server.core.settings import Settings
 from gym_server.gateway.errors import GatewayError
 from gym_server.gateway.record import Completed, StreamAssembler, call_record, from_answer
+from gym_server.gateway.samples import SampleTally
 from gym_server.protocols.mcp.mapping import episode_over
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import FailureClass
@@ -53,6 +54,7 @@ class EpisodeGateway:
     token_exact: bool
     headers: dict[str, str] = field(repr=False)
     calls: int = 0
+    tally: SampleTally = field(default_factory=SampleTally, repr=False)
 
     @property
     def json_headers(self) -> dict[str, str]:
@@ -319,8 +321,10 @@ class Gateways:
         record = call_record(
             index, body, completed, stream=stream, upstream_ms=upstream_ms, gateway_ms=gateway_ms
         )
+        gateway.tally.add(record["prompt_ids"], record["completion_ids"])
+        metadata = {"gateway": gateway.metadata(), "samples": gateway.tally.summary()}
         try:
-            await self.manager.record_turn(gateway.session_id, record, {"gateway": gateway.metadata()})
+            await self.manager.record_turn(gateway.session_id, record, metadata)
         except GymError as exc:
             raise GatewayError.from_gym(exc) from None
 

@@ -240,7 +240,7 @@ async def test_the_final_answer_of_an_agent_with_its_own_tools_is_scored_and_sto
     _, url = upstream
     episode = await open_episode(gym, url)
     assert (await chat(gym, episode)).status_code == 200
-    answered = await gym.client.post(f"/v1/sessions/{episode['session_id']}/answer", json={})
+    answered = await gym.client.post(f"/v1/sessions/{episode['session_id']}/answer")  # no body
     assert answered.status_code == 200, answered.text
     assert answered.json()["done"] is True and answered.json()["reward"] == 0.0  # the counter is still at 20
     record = await stored(gym, episode["session_id"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gym_server.gateway.samples import CallTokens, Sample, samples_report, split_samples
+from gym_server.gateway.samples import CallTokens, Sample, SampleTally, samples_report, split_samples
 
 # Qwen3's rule, in a ChatML template: an assistant turn before the last user message loses its
 # <think>...</think> reasoning; the turns of the current user query keep it.
@@ -109,6 +109,31 @@ def test_dropped_reasoning_starts_a_new_sample_where_history_was_rewritten(token
     assert second.prompt_ids == list(agent.calls[2].prompt_ids) and second.mask == [1] * len(second.mask)
     for sample in (first, second):
         check_covers_exactly_the_model(sample, agent.calls)
+
+
+@pytest.mark.parametrize("template", [KEEPS_HISTORY, QWEN3_STYLE])
+def test_the_tally_kept_call_by_call_agrees_with_the_report(tokenizer: Any, template: str) -> None:
+    agent = Agent(tokenizer, template)
+    agent.play()
+    tally = SampleTally()
+    for call in agent.calls:
+        tally.add(call.prompt_ids, call.completion_ids)
+    records = [
+        {
+            "call": c.index,
+            "prompt_ids": c.prompt_ids,
+            "completion_ids": c.completion_ids,
+            "logprobs": c.logprobs,
+        }
+        for c in agent.calls
+    ]
+    report = samples_report(records)
+    assert tally.summary() == {
+        "token_exact": True,
+        "num_samples": len(report.samples),
+        "masked_share": report.masked_share,
+        "num_calls": 3,
+    }
 
 
 def test_the_report_counts_masked_tokens_and_calls_without_token_ids() -> None:

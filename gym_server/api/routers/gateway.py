@@ -80,10 +80,12 @@ async def list_models(session_id: str, request: Request) -> Response:
     summary="End the episode on the agent's final answer, score and store it",
     responses={404: {"description": "unknown session"}, 410: {"description": "closed or expired"}},
 )
-async def answer_episode(session_id: str, body: GatewayAnswer, manager: ManagerDep) -> EpisodeAnswered:
+async def answer_episode(
+    session_id: str, manager: ManagerDep, body: GatewayAnswer | None = None
+) -> EpisodeAnswered:
     """For an agent with its own tools: the environment's verifier scores the final answer (given, or
     the last recorded assistant message's content) and the episode is closed and stored."""
-    text = body.answer
+    text = body.answer if body is not None else None
     if text is None:
         session = manager.get(session_id)
         text = _last_answer(session.turn_data)
