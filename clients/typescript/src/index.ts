@@ -41,9 +41,15 @@ export type SuccessBody<P extends keyof paths, M extends Method> =
           : undefined
     : never;
 
-/** The JSON body the operation takes, `never` when it takes none. */
+type JsonBody<R> = R extends { content: { "application/json": infer B } } ? B : never;
+
+/** The JSON body the operation takes (required or optional), `never` when it takes none. */
 export type RequestBody<P extends keyof paths, M extends Method> =
-  Operation<P, M> extends { requestBody: { content: { "application/json": infer B } } } ? B : never;
+  Operation<P, M> extends { requestBody: infer R }
+    ? JsonBody<R>
+    : Operation<P, M> extends { requestBody?: infer R }
+      ? JsonBody<NonNullable<R>>
+      : never;
 
 type PathParams<P extends keyof paths, M extends Method> =
   Operation<P, M> extends { parameters: { path: infer Q } } ? Q : never;
@@ -56,7 +62,11 @@ export type RequestOptions<P extends keyof paths, M extends Method> = ([PathPara
   ? { path?: undefined }
   : { path: PathParams<P, M> }) &
   ([QueryParams<P, M>] extends [never] ? { query?: undefined } : { query?: QueryParams<P, M> }) &
-  ([RequestBody<P, M>] extends [never] ? { body?: undefined } : { body: RequestBody<P, M> });
+  ([RequestBody<P, M>] extends [never]
+    ? { body?: undefined }
+    : Operation<P, M> extends { requestBody: unknown }
+      ? { body: RequestBody<P, M> }
+      : { body?: RequestBody<P, M> });
 
 /** An RFC 9457 problem as the gym sends it; extension members (e.g. `errors`, `retry_after_s`) ride along. */
 export interface Problem {

@@ -2137,9 +2137,9 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
-                "application/json": components["schemas"]["GatewayAnswer"];
+                "application/json": components["schemas"]["GatewayAnswer"] | null;
             };
         };
         responses: {

@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 import { GymClient, GymProblemError, type Schemas } from "../../../clients/typescript/src/index.ts";
 import { playEpisode, type EpisodeResult } from "./agent.ts";
 import { recordingProxy, warmPolicy, type RecordingProxy, type WarmPolicy } from "./policy.ts";
-import { eventually, startGym, startPolicy, type Server } from "./servers.ts";
+import { createKey, eventually, startGym, startPolicy, type Server } from "./servers.ts";
 
 const MODEL = "tiny-counter";
 
@@ -22,10 +22,16 @@ let proxy: RecordingProxy;
 let warm: WarmPolicy;
 let client: GymClient;
 
+let key: string;
+
 before(async () => {
-  gym = await startGym();
-  client = new GymClient({ baseUrl: gym.url });
-  warm = warmPolicy(gym.url);
+  // A gym that requires keys: the agent's key must reach both episode URLs (the provider's and the MCP
+  // transport's headers).
+  gym = await startGym({ GYM_AUTH__MODE: "on" }, (folder) => {
+    key = createKey(folder, "acme", "admin");
+  });
+  client = new GymClient({ baseUrl: gym.url, apiKey: key });
+  warm = warmPolicy(gym.url, key);
   policy = await startPolicy(warm.folder, MODEL);
   proxy = await recordingProxy(policy.url);
 });
@@ -140,13 +146,19 @@ async function assertTokenExactAndReplayable(
 test("plays counter with the environment's MCP tools: token-exact, and the reward replays", async (t) => {
   const from = proxy.calls.length;
   const { task, seed } = warm.tasks[0]!;
-  const result = await playEpisode({ gym: gym.url, env: "counter", task, seed, run: "ts-agent", upstream: `${proxy.url}/v1`, model: MODEL });
+  const result = await playEpisode({ gym: gym.url, env: "counter", task, seed, run: "ts-agent", upstream: `${proxy.url}/v1`, model: MODEL, apiKey: key });
   // The warmed model calls counter's tools through the episode's MCP URL, and the tools' answer says when
   // the episode is over.
   t.diagnostic(JSON.stringify({ reward: result.reward, steps: result.steps, tools: result.toolResults }));
   assert.ok(result.toolResults.length >= 1, `no tool was called: ${result.text}`);
   assert.ok(result.steps >= 2);
   const record = await assertTokenExactAndReplayable(result, from, { task, seed });
+  if (/episode is over/.test(result.toolResults.at(-1) ?? "")) {
+    // The AI SDK's call after the end got the gateway's own answer: it reached no policy, and is not stored.
+    const recorded = (record.turns ?? []).filter((turn) => turn.source === "gateway").length;
+    assert.equal(result.steps, recorded + 1);
+    assert.equal(record.done_reason, "submitted");
+  }
   const toolMessages = (record.messages ?? []).filter((message) => message.role === "tool");
   assert.equal(toolMessages.length, result.toolResults.length, "each MCP call is a step of the episode");
   assert.equal(record.run, "ts-agent");
@@ -156,7 +168,7 @@ test("plays workplace, multi-turn, streamed (streamText) through the same two UR
   const from = proxy.calls.length;
   const tasks = await client.request("get", "/v1/environments/{env}/tasks", { path: { env: "workplace" }, query: { limit: 1 } });
   const taskId = String(tasks.tasks[0]!.id);
-  const result = await playEpisode({ gym: gym.url, env: "workplace", task_id: taskId, seed: 0, upstream: `${proxy.url}/v1`, model: MODEL, stream: true });
+  const result = await playEpisode({ gym: gym.url, env: "workplace", task_id: taskId, seed: 0, upstream: `${proxy.url}/v1`, model: MODEL, stream: true, apiKey: key });
   t.diagnostic(JSON.stringify({ reward: result.reward, steps: result.steps, tools: result.toolResults, text: result.text }));
   const record = await assertTokenExactAndReplayable(result, from, { task_id: taskId, seed: 0 });
   assert.equal(record.env, "workplace");

@@ -34,7 +34,7 @@ export interface WarmPolicy {
  * (`$GYM_CI_CACHE/interop`, default ~/.cache/gym-server/interop): the warm-up is minutes of CPU on a
  * loaded machine, and its result depends only on those files (seeded).
  */
-export function warmPolicy(gymUrl: string): WarmPolicy {
+export function warmPolicy(gymUrl: string, apiKey?: string): WarmPolicy {
   const hash = createHash("sha256");
   for (const file of WARM_INPUTS) hash.update(readFileSync(file));
   const cacheRoot = process.env.GYM_CI_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "gym-server");
@@ -43,7 +43,8 @@ export function warmPolicy(gymUrl: string): WarmPolicy {
     mkdirSync(dirname(folder), { recursive: true });
     const building = mkdtempSync(`${folder}.building-`);
     try {
-      execFileSync(python(), [WARM_SCRIPT, gymUrl, building], { stdio: ["ignore", "ignore", "inherit"] });
+      const env = apiKey ? { ...process.env, GYM_API_KEY: apiKey } : process.env; // the recipe reads the gym
+      execFileSync(python(), [WARM_SCRIPT, gymUrl, building], { env, stdio: ["ignore", "ignore", "inherit"] });
       rmSync(folder, { recursive: true, force: true });
       renameSync(building, folder); // whole or not at all: a second run never sees half a model
     } finally {
