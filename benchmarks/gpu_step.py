@@ -32,7 +32,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -165,14 +164,9 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
 
-    from gym_server.trainer_adapters.devices import DeviceUnavailable, resolve
+    from gym_server.trainer_adapters.devices import resolve_or_exit
 
-    try:
-        placement = resolve(args.device, args.dtype)
-    except (ValueError, DeviceUnavailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
-    placement.activate()
+    placement = resolve_or_exit(args.device, args.dtype)
     gpu = placement.is_cuda
     tiny_run = not gpu and args.model in (None, "tiny")
     model_name = args.model or ("smollm2" if gpu else "tiny")

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -108,19 +107,6 @@ def load_model(args: argparse.Namespace, placement: Placement | None) -> tuple[A
     return load_policy(args.model, seed=args.seed, placement=placement)
 
 
-def in_process_placement(args: argparse.Namespace) -> Placement:
-    """`--device`/`--dtype` resolved; a device that is not here ends the script in one line, status 2."""
-    from gym_server.trainer_adapters.devices import DeviceUnavailable, resolve
-
-    try:
-        placement = resolve(args.device, args.dtype)
-    except (ValueError, DeviceUnavailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from exc
-    placement.activate()
-    return placement
-
-
 def _cpu_learning_rate(args: argparse.Namespace) -> float:
     """The tiny recipe's rate (as `gym-server demo`), LoRA's, or full fine-tuning's."""
     if args.model == "tiny":
@@ -133,11 +119,12 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig, GRPOTrainer
 
+    from gym_server.trainer_adapters.devices import resolve_or_exit
     from gym_server.trainer_adapters.samplers import CompletionsSampler
     from gym_server.trainer_adapters.tracking import tracker_from_args
     from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
 
-    placement = in_process_placement(args) if args.config == "cpu" else None
+    placement = resolve_or_exit(args.device, args.dtype) if args.config == "cpu" else None
     if args.model == "tiny":
         if placement is None or args.env != "counter":
             raise SystemExit("--model tiny runs the warmed-up counter recipe: --config cpu --env counter")

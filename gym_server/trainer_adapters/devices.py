@@ -21,13 +21,22 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEVICE_HELP", "DTYPE_HELP", "DeviceUnavailable", "Placement", "parse_device", "resolve"]
+__all__ = [
+    "DEVICE_HELP",
+    "DTYPE_HELP",
+    "DeviceUnavailable",
+    "Placement",
+    "parse_device",
+    "resolve",
+    "resolve_or_exit",
+]
 
 DEVICE_HELP = "auto (CUDA when available), cpu, cuda or cuda:N"
 DTYPE_HELP = "auto (bf16 on a GPU that has it, else fp32), fp32 or bf16"
@@ -126,3 +135,15 @@ def resolve(device: str = "auto", dtype: str = "auto") -> Placement:
         raise DeviceUnavailable(f"--dtype bf16: {torch.cuda.get_device_name(placed)} has no bf16 support")
     wants_bf16 = dtype == "bf16" or (dtype == "auto" and torch.cuda.is_bf16_supported())
     return Placement(placed, torch.bfloat16 if wants_bf16 else torch.float32)
+
+
+def resolve_or_exit(device: str, dtype: str) -> Placement:
+    """`resolve` for scripts (the examples, the benchmarks): the placement, made current; or the refusal
+    as one `error:` line on stderr and exit status 2. The CLI's commands use `cli.placement` instead."""
+    try:
+        placement = resolve(device, dtype)
+    except (ValueError, DeviceUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    placement.activate()
+    return placement

@@ -156,3 +156,16 @@ async def test_the_local_sampler_reports_the_device_its_model_is_on(tiny_tokeniz
     sampler = LocalSampler(model, tiny_tokenizer.pad_token_id)
     assert sampler.describe()["device"] == "cpu torch.bfloat16"
     await sampler.aclose()
+
+
+@no_cuda
+def test_scripts_get_the_refusal_as_one_stderr_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from gym_server.trainer_adapters.devices import resolve_or_exit
+
+    assert resolve_or_exit("cpu", "fp32").device.type == "cpu"
+    for device, text in (("cuda", "needs CUDA"), ("tpu", "--device must be")):
+        with pytest.raises(SystemExit) as caught:
+            resolve_or_exit(device, "auto")
+        assert caught.value.code == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("error: ") and text in line
