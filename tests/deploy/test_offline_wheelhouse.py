@@ -57,7 +57,7 @@ with local_gym(None, out / "gym.db") as url:
     rollout.close()
 print(placement.describe(), trainer.state.global_step, rollout.history[0]["episodes"])
 """
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1500)]
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
