@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import http.server
 import importlib.util
 import json
+import socketserver
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
@@ -281,6 +284,110 @@ async def _ui_login(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     await client.post("/ui/login", data={"key": _big_text()})
 
 
+class ChatUpstream:
+    """A policy endpoint on loopback (a thread of its own) answering every chat call with the largest
+    answer a gateway call records: 150,000 prompt token ids, 2,000 sampled ids with logprobs, 100 kB of
+    text; whole or as server-sent chunks."""
+
+    PROMPT_IDS = 150_000
+
+    def __init__(self) -> None:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "y" * 100_000},
+            "finish_reason": "stop",
+            "logprobs": {"content": [{"token": "y", "logprob": -0.5}] * 2000},
+            "token_ids": list(range(2000)),
+        }
+        answer = {"id": "c", "object": "chat.completion", "model": "m", "choices": [choice]}
+        whole = json.dumps({**answer, "prompt_token_ids": list(range(self.PROMPT_IDS))}).encode()
+        first = {**choice, "delta": {"role": "assistant", "content": "y" * 100_000}, "finish_reason": None}
+        del first["message"]
+        chunks = [
+            {"model": "m", "prompt_token_ids": list(range(self.PROMPT_IDS)), "choices": [first]},
+            {"model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        ]
+        streamed = (
+            b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        )
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                stream = json.loads(body).get("stream") is True
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+                self.send_header("Content-Length", str(len(streamed if stream else whole)))
+                self.end_headers()
+                self.wfile.write(streamed if stream else whole)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+async def _gateway_session(client: httpx.AsyncClient, ctx: dict[str, Any]) -> dict[str, Any]:
+    body = {"env": "counter", "gateway": {"upstream": ctx["upstream"], "model": "m"}}
+    response = await client.post("/v1/sessions", json=body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def _gateway_chat(client: httpx.AsyncClient, ctx: dict[str, Any], **extra: Any) -> None:
+    episode = await _gateway_session(client, ctx)
+    url = f"{episode['gateway']['base_url']}/chat/completions"
+    big = [{"role": "user", "content": _big_text()}]
+    assert (await client.post(url, json={"messages": big})).status_code == 200
+    assert (await client.post(url, json={"messages": episode["messages"], "stream": True})).status_code == 200
+
+
+async def _gateway_models(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    episode = await _gateway_session(client, ctx)
+    assert (await client.get(f"{episode['gateway']['base_url']}/models")).status_code == 200
+
+
+async def _gateway_answer(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    episode = await _gateway_session(client, ctx)
+    await client.post(
+        f"{episode['gateway']['base_url']}/chat/completions", json={"messages": episode["messages"]}
+    )
+    answered = await client.post(f"/v1/sessions/{episode['session_id']}/answer", json={"answer": _big_text()})
+    assert answered.status_code == 200, answered.text
+
+
+async def _gateway_samples(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    episode = await _gateway_session(client, ctx)
+    for _ in range(4):  # 600,000 prompt ids stored
+        await client.post(
+            f"{episode['gateway']['base_url']}/chat/completions", json={"messages": episode["messages"]}
+        )
+    await client.delete(f"/v1/sessions/{episode['session_id']}")
+    assert (await client.get(f"/v1/rollouts/{episode['session_id']}/samples")).status_code == 200
+
+
+async def _episode_mcp(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    episode = await _gateway_session(client, ctx)
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "g", "version": "1"},
+            "pad": _big_text(),
+        },
+    }
+    headers = {"accept": "application/json, text/event-stream"}
+    assert (await client.post(episode["gateway"]["mcp_url"], json=init, headers=headers)).status_code == 200
+
+
 def _gets(*paths: str, **params: Any) -> Case:
     async def case(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
         for path in paths:
@@ -318,6 +425,12 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/sessions/{session_id}/truncated-turn"): _truncated,
     ("GET", "/v1/sessions/{session_id}"): _get_session,
     ("DELETE", "/v1/sessions/{session_id}"): _close_session,
+    # The episode gateway (docs/gateway.md), against an upstream answering with the largest record.
+    ("POST", "/v1/sessions/{session_id}/openai/v1/chat/completions"): _gateway_chat,
+    ("GET", "/v1/sessions/{session_id}/openai/v1/models"): _gateway_models,
+    ("POST", "/v1/sessions/{session_id}/answer"): _gateway_answer,
+    ("GET", "/v1/rollouts/{rollout_id}/samples"): _gateway_samples,
+    ("ANY", "/v1/sessions/{session_id}/mcp"): _episode_mcp,
     ("POST", "/v1/verify"): _verify,
     ("POST", "/v1/verify/batch"): _verify_batch,
     ("GET", "/v1/rollouts/runs/{run_id}"): _run_board,
@@ -366,6 +479,7 @@ def test_every_route_has_a_worst_case(guarded_app: FastAPI) -> None:
 
 async def test_no_route_blocks_the_event_loop(guarded_app: FastAPI) -> None:
     meter = LoopCpu()
+    upstream = ChatUpstream()
     app = guarded_app
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -395,7 +509,7 @@ async def test_no_route_blocks_the_event_loop(guarded_app: FastAPI) -> None:
                 await asyncio.sleep(0.02)  # the probe wakes: what ran before is not charged to this case
                 meter.reset()
                 try:
-                    await case(client, {"app": app})
+                    await case(client, {"app": app, "upstream": upstream.url})
                     await asyncio.sleep(0.02)  # the probe wakes: what this case ran is charged to it
                 finally:
                     gc.enable()

@@ -11,12 +11,21 @@ next call saw is not the one recorded so far: a new sample starts there. Pure fu
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["CallTokens", "Sample", "SamplesReport", "call_tokens", "samples_report", "split_samples"]
+__all__ = [
+    "CallTokens",
+    "Sample",
+    "SampleTally",
+    "SamplesReport",
+    "call_tokens",
+    "extension",
+    "samples_report",
+    "split_samples",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +59,22 @@ class SamplesReport(BaseModel):
     reward: float | None = Field(None, description="the episode's reward; it applies to every sample")
 
 
+def extension(sequence: Sequence[int], prompt: Sequence[int]) -> list[int] | None:
+    """The rule itself: the tokens `prompt` adds to `sequence` (the current sample's prompt and
+    completion) when it starts with all of it, else None (a new sample starts)."""
+    if not sequence or list(prompt[: len(sequence)]) != list(sequence):
+        return None
+    return list(prompt[len(sequence) :])
+
+
 def split_samples(calls: Iterable[CallTokens]) -> list[Sample]:
     """The calls, in order, as samples: a call whose prompt starts with the current sample's prompt and
     completion extends it; any other call starts a new sample."""
     samples: list[Sample] = []
     for call in calls:
         current = samples[-1] if samples else None
-        seen = len(current.prompt_ids) + len(current.completion_ids) if current else 0
-        prompt = list(call.prompt_ids)
-        if current is not None and prompt[:seen] == current.prompt_ids + current.completion_ids:
-            gap = prompt[seen:]
+        gap = extension(current.prompt_ids + current.completion_ids, call.prompt_ids) if current else None
+        if current is not None and gap is not None:
             current.completion_ids += gap + list(call.completion_ids)
             current.logprobs += [0.0] * len(gap) + [float(lp) for lp in call.logprobs]
             current.mask += [0] * len(gap) + [1] * len(call.completion_ids)
@@ -67,7 +82,7 @@ def split_samples(calls: Iterable[CallTokens]) -> list[Sample]:
             continue
         samples.append(
             Sample(
-                prompt_ids=prompt,
+                prompt_ids=list(call.prompt_ids),
                 completion_ids=list(call.completion_ids),
                 logprobs=[float(lp) for lp in call.logprobs],
                 mask=[1] * len(call.completion_ids),
@@ -105,3 +120,40 @@ def samples_report(calls: Sequence[dict[str, Any]], reward: float | None = None)
         num_calls=len(calls),
         reward=reward,
     )
+
+
+@dataclass(slots=True)
+class SampleTally:
+    """The report's counts, kept call by call as a gateway records them (the trajectory's
+    `metadata.samples`), holding only the current sample's token sequence."""
+
+    sequence: list[int] = field(default_factory=list)
+    num_samples: int = 0
+    masked: int = 0
+    completion: int = 0
+    num_calls: int = 0
+    token_exact: bool = True
+
+    def add(self, prompt_ids: Sequence[int] | None, completion_ids: Sequence[int] | None) -> None:
+        self.num_calls += 1
+        if prompt_ids is None or completion_ids is None:
+            self.token_exact = False
+            return
+        gap = extension(self.sequence, prompt_ids)
+        if gap is None:
+            self.num_samples += 1
+            self.sequence = [*prompt_ids, *completion_ids]
+        else:
+            self.masked += len(gap)
+            self.completion += len(gap)
+            self.sequence += [*gap, *completion_ids]
+        self.completion += len(completion_ids)
+
+    def summary(self) -> dict[str, Any]:
+        share = round(self.masked / self.completion, 6) if self.completion else 0.0
+        return {
+            "token_exact": self.token_exact,
+            "num_samples": self.num_samples,
+            "masked_share": share,
+            "num_calls": self.num_calls,
+        }

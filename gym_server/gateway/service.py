@@ -25,6 +25,7 @@ from gym_server.core.errors import EndpointNotAllowed, GymError
 from gym_server.core.settings import Settings
 from gym_server.gateway.errors import GatewayError
 from gym_server.gateway.record import Completed, StreamAssembler, call_record, from_answer
+from gym_server.gateway.samples import SampleTally
 from gym_server.protocols.mcp.mapping import episode_over
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import FailureClass
@@ -53,6 +54,11 @@ class EpisodeGateway:
     token_exact: bool
     headers: dict[str, str] = field(repr=False)
     calls: int = 0
+    tally: SampleTally = field(default_factory=SampleTally, repr=False)
+
+    @property
+    def json_headers(self) -> dict[str, str]:
+        return {**self.headers, "Content-Type": "application/json"}
 
     def metadata(self) -> dict[str, Any]:
         """What the trajectory's `metadata.gateway` says about it (never the key)."""
@@ -69,7 +75,8 @@ class _Upstream:
     """An upstream answer whose headers arrived with a 200: its stream is still to be read."""
 
     response: httpx.Response
-    started: float
+    started: float  # when the gateway took the call
+    sent: float  # when it sent the call upstream
 
 
 class Gateways:
@@ -176,16 +183,19 @@ class Gateways:
         session, gateway, upstream = self._prepare(session_id, body)
         if _over(session):
             return over_answer(session, upstream.get("model"))
+        sent = time.perf_counter()
         try:
             response = await self.client.post(
-                f"{gateway.root}/v1/chat/completions", json=upstream, headers=gateway.headers
+                f"{gateway.root}/v1/chat/completions",
+                content=orjson.dumps(upstream),
+                headers=gateway.json_headers,
             )
         except httpx.HTTPError as exc:
             raise await self._failed(gateway, exc) from None
         await self._check_status(gateway, response)
-        upstream_ms = (time.perf_counter() - started) * 1000
+        upstream_ms = (time.perf_counter() - sent) * 1000
         try:
-            answer = response.json()
+            answer = orjson.loads(response.content)
             completed = from_answer(answer)
         except ValueError as exc:
             raise await self._fail(
@@ -202,8 +212,12 @@ class Gateways:
         if _over(session):
             return _over_events(over_answer(session, upstream.get("model")))
         request = self.client.build_request(
-            "POST", f"{gateway.root}/v1/chat/completions", json=upstream, headers=gateway.headers
+            "POST",
+            f"{gateway.root}/v1/chat/completions",
+            content=orjson.dumps(upstream),
+            headers=gateway.json_headers,
         )
+        sent = time.perf_counter()
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -212,7 +226,7 @@ class Gateways:
             await response.aread()
             await response.aclose()
             await self._check_status(gateway, response)
-        return self._forward(gateway, body, _Upstream(response, started))
+        return self._forward(gateway, body, _Upstream(response, started, sent))
 
     async def _forward(
         self, gateway: EpisodeGateway, body: dict[str, Any], upstream: _Upstream
@@ -227,7 +241,7 @@ class Gateways:
             failure = await self._failed(gateway, exc)
         finally:
             await upstream.response.aclose()
-        upstream_ms = (time.perf_counter() - upstream.started) * 1000
+        upstream_ms = (time.perf_counter() - upstream.sent) * 1000
         if failure is None and not assembler.complete:
             why = assembler.error or "the upstream's stream ended before the completion finished"
             failure = await self._fail(gateway, GatewayError.upstream(why))
@@ -307,8 +321,10 @@ class Gateways:
         record = call_record(
             index, body, completed, stream=stream, upstream_ms=upstream_ms, gateway_ms=gateway_ms
         )
+        gateway.tally.add(record["prompt_ids"], record["completion_ids"])
+        metadata = {"gateway": gateway.metadata(), "samples": gateway.tally.summary()}
         try:
-            await self.manager.record_turn(gateway.session_id, record, {"gateway": gateway.metadata()})
+            await self.manager.record_turn(gateway.session_id, record, metadata)
         except GymError as exc:
             raise GatewayError.from_gym(exc) from None
 

@@ -103,6 +103,13 @@ async def test_a_streamed_call_is_forwarded_and_recorded_alike(gym: AppHarness, 
     assert samples["num_calls"] == 2 and samples["token_exact"] is True
     # The second call's prompt does not extend the first's prompt and completion: two samples.
     assert [s["calls"] for s in samples["samples"]] == [[0], [1]]
+    record = (await gym.client.get(f"/v1/rollouts/{episode['session_id']}")).json()
+    assert record["metadata"]["samples"] == {
+        "token_exact": True,
+        "num_samples": 2,
+        "masked_share": samples["masked_share"],
+        "num_calls": 2,
+    }
 
 
 async def test_models_is_the_episode_model_or_the_upstream_list(gym: AppHarness, policy_url: str) -> None:

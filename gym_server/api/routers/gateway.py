@@ -61,7 +61,7 @@ async def chat_completions(session_id: str, request: Request) -> Response:
         if body.get("stream") is True:
             events = await gateways.chat_stream(session_id, body)
             return StreamingResponse(events, media_type="text/event-stream")
-        return JSONResponse(await gateways.chat(session_id, body))
+        return Response(orjson.dumps(await gateways.chat(session_id, body)), media_type="application/json")
     except GatewayError as exc:
         return _error(exc)
 
@@ -80,10 +80,12 @@ async def list_models(session_id: str, request: Request) -> Response:
     summary="End the episode on the agent's final answer, score and store it",
     responses={404: {"description": "unknown session"}, 410: {"description": "closed or expired"}},
 )
-async def answer_episode(session_id: str, body: GatewayAnswer, manager: ManagerDep) -> EpisodeAnswered:
+async def answer_episode(
+    session_id: str, manager: ManagerDep, body: GatewayAnswer | None = None
+) -> EpisodeAnswered:
     """For an agent with its own tools: the environment's verifier scores the final answer (given, or
     the last recorded assistant message's content) and the episode is closed and stored."""
-    text = body.answer
+    text = body.answer if body is not None else None
     if text is None:
         session = manager.get(session_id)
         text = _last_answer(session.turn_data)
@@ -105,11 +107,16 @@ def _last_answer(turns: list[dict[str, Any]]) -> str:
     summary="The episode's token-exact training samples",
     responses={404: {"description": "unknown rollout"}},
 )
-async def rollout_samples(rollout_id: str, store: StoreDep, tenant: TenantDep) -> SamplesReport:
+async def rollout_samples(rollout_id: str, store: StoreDep, tenant: TenantDep) -> Response:
     """The recorded gateway calls split into samples with action masks (docs/gateway.md)."""
     record = await store.get(rollout_id, tenant=tenant)
     if record is None:
         raise RolloutNotFound(rollout_id)
-    calls = sorted((turn for turn in record.turns if turn.get("source") == SOURCE), key=lambda t: t["call"])
-    # In a thread: an episode's token ids run to megabytes, and comparing prefixes is CPU work.
-    return await asyncio.to_thread(samples_report, calls, record.reward)
+    # In a thread: an episode's token ids run to megabytes; splitting and serializing them is CPU work.
+    body = await asyncio.to_thread(_samples_json, record.turns, record.reward)
+    return Response(body, media_type="application/json")
+
+
+def _samples_json(turns: list[dict[str, Any]], reward: float | None) -> bytes:
+    calls = sorted((turn for turn in turns if turn.get("source") == SOURCE), key=lambda t: int(t["call"]))
+    return samples_report(calls, reward).model_dump_json().encode()

@@ -181,7 +181,7 @@ def episode_meta(
 def episode_over(reward: float | None, *, tools: bool = False) -> str:
     """What tells an agent its episode ended, in text, since frameworks read neither `_meta` nor `done`:
     the episode gateway's answer after the end, and (with `tools`) an episode-scoped MCP tool result."""
-    score = "" if reward is None else f" (reward {reward:g})"
+    score = "" if reward is None else f" (reward {round(reward, 4)})"
     if tools:
         return f"The episode is over{score}. Stop calling tools and give your final answer."
     return f"The episode is over{score}."

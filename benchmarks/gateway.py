@@ -1,0 +1,244 @@
+"""What the episode gateway costs (issue 27): its overhead per chat call, as p50 and as a share of the
+upstream's own latency, at 1 and 16 concurrent agents, and the memory a live recorded episode holds.
+
+A real `gym-server serve` (SQLite in a temporary directory) and a fast local upstream
+(`peers/chat_echo.py`: an answer with 600 prompt ids and 40 sampled ids with logprobs, at once) run as
+processes of their own. Each round, at each level, the same agents make the same calls twice, one path
+after the other so drift touches both alike: straight to the upstream, then through their episodes'
+gateway URLs (each agent its own episode). The overhead is the difference of the two paths' p50
+latencies; the gym's own accounting (`gateway_ms` in each call's record: its time beyond the upstream's)
+is reported beside it. Memory: the gym's RSS before and after opening episodes that each hold recorded
+calls, per episode. Targets (issue 27): <= 1 ms p50 and <= 5 % of the upstream's latency at 16 agents.
+
+    python benchmarks/gateway.py            # 2 rounds of 40 calls per agent
+    python benchmarks/gateway.py --quick    # 1 round of 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _sessions_system import REPO, ManagedProcess, free_port, machine_description, proc_rss_mb
+
+PEERS = Path(__file__).resolve().parent / "peers"
+MESSAGES = [
+    {"role": "system", "content": "You are a careful agent. Use the tools, then submit."},
+    {"role": "user", "content": "Bring the counter to 26. It starts at 20."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"amount": 4}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "24"},
+]
+
+
+@dataclass(slots=True)
+class Row:
+    agents: int
+    stream: bool
+    direct_p50_ms: float
+    gateway_p50_ms: float
+    recorded_ms: float  # p50 of the gym's own `gateway_ms`
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.gateway_p50_ms - self.direct_p50_ms
+
+    @property
+    def share(self) -> float:
+        return self.overhead_ms / self.direct_p50_ms
+
+
+async def wait_ready(url: str, process: ManagedProcess, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < deadline:
+            if not process.alive():
+                raise SystemExit(f"{process.name} exited:\n{process.log_tail()}")
+            try:
+                if (await client.get(url)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{process.name} not ready after {timeout_s:g} s")
+
+
+async def agent(client: httpx.AsyncClient, url: str, calls: int, stream: bool) -> list[float]:
+    """One agent's calls, one after another; each call's latency in ms (a stream read to its end)."""
+    body: dict[str, Any] = {"model": "echo", "messages": MESSAGES, "stream": stream}
+    latencies = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        response = await client.post(url, json=body)
+        response.raise_for_status()
+        latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
+
+
+async def level(
+    client: httpx.AsyncClient, gym: str, upstream: str, agents: int, calls: int, stream: bool
+) -> Row:
+    direct = await asyncio.gather(
+        *(agent(client, f"{upstream}/v1/chat/completions", calls, stream) for _ in range(agents))
+    )
+    episodes = [await open_episode(client, gym, upstream) for _ in range(agents)]
+    through = await asyncio.gather(
+        *(agent(client, f"{e['gateway']['base_url']}/chat/completions", calls, stream) for e in episodes)
+    )
+    recorded: list[float] = []
+    for episode in episodes:
+        (await client.delete(f"{gym}/v1/sessions/{episode['session_id']}")).raise_for_status()
+        record = (await client.get(f"{gym}/v1/rollouts/{episode['session_id']}")).json()
+        recorded += [turn["gateway_ms"] for turn in record["turns"] if turn.get("source") == "gateway"]
+    return Row(
+        agents,
+        stream,
+        statistics.median(x for xs in direct for x in xs),
+        statistics.median(x for xs in through for x in xs),
+        statistics.median(recorded),
+    )
+
+
+async def open_episode(client: httpx.AsyncClient, gym: str, upstream: str) -> dict[str, Any]:
+    body = {"env": "counter", "gateway": {"upstream": upstream, "model": "echo"}}
+    response = await client.post(f"{gym}/v1/sessions", json=body)
+    response.raise_for_status()
+    return dict(response.json())
+
+
+async def memory(
+    client: httpx.AsyncClient, gym: str, upstream: str, pid: int, episodes: int, calls: int
+) -> tuple[float, int]:
+    """MB of gym RSS per live episode holding `calls` recorded calls, and the JSON bytes of its turns."""
+    before = proc_rss_mb(pid)
+    opened = [await open_episode(client, gym, upstream) for _ in range(episodes)]
+    for episode in opened:
+        await agent(client, f"{episode['gateway']['base_url']}/chat/completions", calls, False)
+    after = proc_rss_mb(pid)
+    for episode in opened:
+        await client.delete(f"{gym}/v1/sessions/{episode['session_id']}")
+    record = (await client.get(f"{gym}/v1/rollouts/{opened[0]['session_id']}")).json()
+    size = len(httpx.Response(200, json=record["turns"]).content)
+    return (after - before) / episodes, size
+
+
+async def measure(
+    args: argparse.Namespace, gym: str, upstream: str, pid: int
+) -> tuple[list[Row], tuple[float, int]]:
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        await level(client, gym, upstream, 1, 5, False)  # warm-up: connections, first episode's imports
+        # First, while the heap is young: later levels leave freed memory that new episodes would reuse.
+        mem = await memory(client, gym, upstream, pid, args.episodes, args.calls)
+        rows = [
+            await level(client, gym, upstream, agents, args.calls, stream)
+            for _ in range(args.rounds)
+            for agents in (1, 16)
+            for stream in (False, True)
+        ]
+        return rows, mem
+
+
+def report(rows: list[Row], mem: tuple[float, int], machine: dict[str, str], args: argparse.Namespace) -> str:
+    lines = [
+        f"Episode gateway overhead ({args.rounds} round(s), {args.calls} calls per agent; {machine['date']})",
+        f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['ram']}; load {machine['load']}; "
+        f"git {machine['git']}",
+        "",
+        "| agents | stream | upstream p50 ms | through gateway p50 ms | overhead p50 ms | share of upstream "
+        "| gym's own gateway_ms p50 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for agents in (1, 16):
+        for stream in (False, True):
+            mine = [r for r in rows if (r.agents, r.stream) == (agents, stream)]
+            direct = statistics.median(r.direct_p50_ms for r in mine)
+            through = statistics.median(r.gateway_p50_ms for r in mine)
+            recorded = statistics.median(r.recorded_ms for r in mine)
+            lines.append(
+                f"| {agents} | {stream} | {direct:.2f} | {through:.2f} | {through - direct:.2f} | "
+                f"{(through - direct) / direct:.0%} | {recorded:.2f} |"
+            )
+    per_episode, size = mem
+    lines += [
+        "",
+        f"memory per live episode with {args.calls} recorded calls: {per_episode:.2f} MB of gym RSS "
+        f"({args.episodes} episodes; its turns are {size / 1024:.0f} KiB of JSON)",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=40, help="calls per agent per level")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--episodes", type=int, default=32, help="live episodes for the memory reading")
+    parser.add_argument("--quick", action="store_true", help="1 round of 10 calls, 8 episodes")
+    args = parser.parse_args()
+    if args.quick:
+        args.calls, args.rounds, args.episodes = 10, 1, 8
+    machine = machine_description()
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        gym_port, upstream_port = free_port(), free_port()
+        env = {
+            **os.environ,
+            "GYM_DATABASE_URL": f"sqlite:///{Path(tmp) / 'gym.db'}",
+            "GYM_LOG_LEVEL": "warning",
+            "GYM_CATALOG_WARMUP": "off",
+        }
+        upstream = ManagedProcess(
+            "chat echo",
+            [
+                *(sys.executable, "-m", "uvicorn", "--app-dir", str(PEERS), "chat_echo:app"),
+                *(
+                    "--port",
+                    str(upstream_port),
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                    "--log-level",
+                    "warning",
+                ),
+            ],
+            env=env,
+            cwd=REPO,
+            log=Path(tmp) / "upstream.log",
+        )
+        gym = ManagedProcess(
+            "gym-server",
+            [sys.executable, "-m", "gym_server.cli.main", "serve", "--port", str(gym_port)],
+            env=env,
+            cwd=REPO,
+            log=Path(tmp) / "gym.log",
+        )
+        try:
+            upstream.start(None)
+            gym.start(None)
+            gym_url, upstream_url = f"http://127.0.0.1:{gym_port}", f"http://127.0.0.1:{upstream_port}"
+            asyncio.run(wait_ready(f"{upstream_url}/health", upstream))
+            asyncio.run(wait_ready(f"{gym_url}/readyz", gym))
+            rows, mem = asyncio.run(measure(args, gym_url, upstream_url, gym.pid))
+        finally:
+            gym.stop()
+            upstream.stop()
+    machine["load"] = " / ".join(Path("/proc/loadavg").read_text().split()[:3])  # at the end, too
+    print(report(rows, mem, machine, args))
+
+
+if __name__ == "__main__":
+    main()
