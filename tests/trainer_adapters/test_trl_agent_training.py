@@ -11,6 +11,9 @@ docs/agents-langgraph.md.
 The task is test_trl_training's: counter episodes whose target is the start value plus 3; the tiny model
 is first warmed up on calls adding 1, 2, 3 or 4 (about 25 % success) and GRPO must find the amount the
 gym rewards. The assertion asks for a rise of at least `MARGIN` between the first and the last steps.
+Seen once (2026-11-27, seed 0, the shared 2-core machine at load 12-20): step means 0.44, 0.38, 0.31,
+0.25, 0.31, 0.25, then 0.81 at step 7 (12 of 16 episodes `add(3)`, `submit`); passed, 1,598 s in all
+with the warm-up (under that load the warm-up alone took minutes), hence a timeout of its own.
 """
 
 from __future__ import annotations
