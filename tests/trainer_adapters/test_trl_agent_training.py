@@ -28,7 +28,7 @@ from conftest import ServerProcess
 from gym_server.trainer_adapters.client import SyncGymClient
 from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
 
 OFFSET = 3
 AMOUNTS = (1, 2, 3, 4)
