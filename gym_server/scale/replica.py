@@ -77,7 +77,9 @@ class ReplicaProcess:
                 raise ReplicaStartError(f"replica {self._name} exited with {self._process.returncode}")
             with (
                 contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(url, timeout=1) as answer,
+                # 5 s, not 1: a replica warming its catalog on a loaded node answers slowly, and a probe
+                # cut at 1 s every time never saw it up (the Ray interop tests at load 9-14)
+                urllib.request.urlopen(url, timeout=5) as answer,
             ):
                 if answer.status == 200:
                     return host, port, node_id
