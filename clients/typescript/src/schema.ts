@@ -163,6 +163,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/environments/{env}/curriculum": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Weigh an environment's tasks by a policy's pass rates
+         * @description The tasks of a split that `rule` keeps for `policy`, with their weights and pass rates (the rule is
+         *     docs/curriculum.md); with no history, every task at weight 1 and `fallback` saying why.
+         */
+        get: operations["get_curriculum_v1_environments__env__curriculum_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/environments/{env}": {
         parameters: {
             query?: never;
@@ -603,8 +624,79 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+            /** @description with neither task_id nor task: draw the task by the policy's pass rates in the store (docs/curriculum.md), e.g. `{"rule": "frontier", "min_pass": 0.1, "max_pass": 0.9}` */
+            task_choice?: components["schemas"]["TaskChoice"] | null;
             /** @description open the episode with a recording OpenAI-compatible gateway (docs/gateway.md) */
             gateway?: components["schemas"]["GatewaySpec"] | null;
+        };
+        /**
+         * Curriculum
+         * @description The tasks of a split a rule keeps, with their weights (GET /v1/environments/{env}/curriculum).
+         */
+        Curriculum: {
+            /** Env */
+            env: string;
+            /** Split */
+            split: string;
+            /**
+             * Requested
+             * @description the rule asked for
+             * @enum {string}
+             */
+            requested: "uniform" | "frontier" | "difficulty";
+            /**
+             * Rule
+             * @description the rule applied: `uniform` after a fallback
+             * @enum {string}
+             */
+            rule: "uniform" | "frontier" | "difficulty";
+            /** Policy */
+            policy: string | null;
+            /** Run */
+            run: string | null;
+            /**
+             * Fallback
+             * @description why the requested rule was not applied
+             */
+            fallback?: string | null;
+            /**
+             * Tasks
+             * @description tasks with a weight above 0, in split order
+             */
+            tasks: components["schemas"]["WeightedTask"][];
+        };
+        /**
+         * CurriculumDraw
+         * @description What a session created by `task_choice` reports of its choice (its `task_choice` field).
+         */
+        CurriculumDraw: {
+            /** Task Id */
+            task_id: string;
+            /**
+             * Requested
+             * @enum {string}
+             */
+            requested: "uniform" | "frontier" | "difficulty";
+            /**
+             * Rule
+             * @enum {string}
+             */
+            rule: "uniform" | "frontier" | "difficulty";
+            /** Policy */
+            policy: string | null;
+            /** Run */
+            run: string | null;
+            /** Fallback */
+            fallback: string | null;
+            /** Pass Rate */
+            pass_rate: number | null;
+            /** Scored */
+            scored: number;
+            /**
+             * Candidates
+             * @description tasks the rule kept
+             */
+            candidates: number;
         };
         /** DatasetInfo */
         DatasetInfo: {
@@ -1009,6 +1101,8 @@ export interface components {
              * Format: date-time
              */
             expires_at: string;
+            /** @description present when the request gave task_choice: how the task was chosen */
+            task_choice?: components["schemas"]["CurriculumDraw"] | null;
             /** @description the episode's URLs, when opened with a gateway */
             gateway?: components["schemas"]["GatewayLinks"] | null;
         };
@@ -1073,6 +1167,54 @@ export interface components {
             info: {
                 [key: string]: unknown;
             };
+        };
+        /**
+         * TaskChoice
+         * @description How to choose a task by the policy's pass rates (session create's `task_choice`, the curriculum
+         *     route's query).
+         */
+        TaskChoice: {
+            /**
+             * Rule
+             * @description uniform, frontier (a pass-rate band) or difficulty (weights)
+             * @default frontier
+             * @enum {string}
+             */
+            rule?: "uniform" | "frontier" | "difficulty";
+            /**
+             * Policy
+             * @description the policy model whose history counts (session create: default `policy.model`)
+             */
+            policy?: string | null;
+            /**
+             * Run
+             * @description count only this run's episodes
+             */
+            run?: string | null;
+            /**
+             * Min Pass
+             * @description frontier: the lowest pass rate kept
+             * @default 0.1
+             */
+            min_pass?: number;
+            /**
+             * Max Pass
+             * @description frontier: the highest pass rate kept
+             * @default 0.9
+             */
+            max_pass?: number;
+            /**
+             * Min Episodes
+             * @description scored episodes before a rate counts
+             * @default 1
+             */
+            min_episodes?: number;
+            /**
+             * Floor
+             * @description difficulty: the smallest weight of a task
+             * @default 0.05
+             */
+            floor?: number;
         };
         /** TaskPage */
         TaskPage: {
@@ -1331,6 +1473,23 @@ export interface components {
              * @description failure class, e.g. judge_failed or verify_timeout
              */
             failure?: string | null;
+        };
+        /** WeightedTask */
+        WeightedTask: {
+            /** Task Id */
+            task_id: string;
+            /** Weight */
+            weight: number;
+            /**
+             * Scored
+             * @description episodes with a reward in the history read
+             */
+            scored: number;
+            /**
+             * Pass Rate
+             * @description successes / scored; None while unseen
+             */
+            pass_rate: number | null;
         };
     };
     responses: never;
@@ -1612,6 +1771,68 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
+            };
+        };
+    };
+    get_curriculum_v1_environments__env__curriculum_get: {
+        parameters: {
+            query?: {
+                /** @description uniform, frontier (a pass-rate band) or difficulty (weights) */
+                rule?: "uniform" | "frontier" | "difficulty";
+                /** @description the policy model whose history counts (session create: default `policy.model`) */
+                policy?: string | null;
+                /** @description count only this run's episodes */
+                run?: string | null;
+                /** @description frontier: the lowest pass rate kept */
+                min_pass?: number;
+                /** @description frontier: the highest pass rate kept */
+                max_pass?: number;
+                /** @description scored episodes before a rate counts */
+                min_episodes?: number;
+                /** @description difficulty: the smallest weight of a task */
+                floor?: number;
+                /** @description default train, else the first */
+                split?: string | null;
+            };
+            header?: never;
+            path: {
+                env: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Curriculum"];
+                };
+            };
+            /** @description unknown env or split */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the store is down */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
