@@ -36,6 +36,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "trackio": "tracking",
     "wandb": "tracking",
     "mlflow": "tracking",
+    "openai": "agents",
 }
 
 
