@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import httpx
 import orjson
 
 from gym_server.core.egress import refusal
@@ -26,6 +25,7 @@ from gym_server.core.settings import Settings
 from gym_server.gateway.errors import GatewayError
 from gym_server.gateway.record import Completed, StreamAssembler, call_record, from_answer
 from gym_server.gateway.samples import SampleTally
+from gym_server.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gym_server.protocols.mcp.mapping import episode_over
 from gym_server.sessions.manager import LiveSession, SessionManager
 from gym_server.store.records import FailureClass
@@ -74,7 +74,7 @@ class EpisodeGateway:
 class _Upstream:
     """An upstream answer whose headers arrived with a 200: its stream is still to be read."""
 
-    response: httpx.Response
+    response: UpstreamResponse
     started: float  # when the gateway took the call
     sent: float  # when it sent the call upstream
 
@@ -86,10 +86,8 @@ class Gateways:
         self.manager = manager
         self.settings = settings
         timeouts = settings.gateway
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeouts.upstream_timeout_s, connect=timeouts.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-            follow_redirects=False,  # a redirect could lead outside the allow-list
+        self.client = UpstreamClient(
+            connect_timeout_s=timeouts.connect_timeout_s, read_timeout_s=timeouts.upstream_timeout_s
         )
         self._by_session: dict[str, EpisodeGateway] = {}
 
@@ -146,17 +144,18 @@ class Gateways:
             entry = {"id": gateway.model, "object": "model", "created": 0, "owned_by": "gym-server"}
             return {"object": "list", "data": [entry]}
         try:
-            response = await self.client.get(f"{gateway.root}/v1/models", headers=gateway.headers)
-        except httpx.TimeoutException:
-            raise GatewayError.upstream(
-                "the upstream did not list its models in time", timeout=True
-            ) from None
-        except httpx.HTTPError as exc:
-            raise GatewayError.upstream(f"the upstream is unreachable: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise GatewayError.upstream(f"the upstream answered {response.status_code} to GET /v1/models")
+            response = await self.client.request("GET", f"{gateway.root}/v1/models", gateway.headers)
+            content = await response.read()
+        except UpstreamError as exc:
+            if exc.timeout:
+                raise GatewayError.upstream(
+                    "the upstream did not list its models in time", timeout=True
+                ) from None
+            raise GatewayError.upstream(f"the upstream is unreachable: {exc.kind}") from None
+        if response.status != 200:
+            raise GatewayError.upstream(f"the upstream answered {response.status} to GET /v1/models")
         try:
-            listed: dict[str, Any] = response.json()
+            listed: dict[str, Any] = orjson.loads(content)
         except ValueError:
             raise GatewayError.upstream("the upstream's model list is not JSON") from None
         return listed
@@ -177,32 +176,31 @@ class Gateways:
             upstream["logprobs"] = True
         return session, gateway, upstream
 
-    async def chat(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One non-streamed chat call: the upstream's answer, recorded; or the episode-over answer."""
+    async def chat(self, session_id: str, body: dict[str, Any]) -> bytes:
+        """One non-streamed chat call: the upstream's answer (its JSON bytes as they came), recorded; or
+        the episode-over answer."""
         started = time.perf_counter()
         session, gateway, upstream = self._prepare(session_id, body)
         if _over(session):
-            return over_answer(session, upstream.get("model"))
+            return orjson.dumps(over_answer(session, upstream.get("model")))
         sent = time.perf_counter()
         try:
-            response = await self.client.post(
-                f"{gateway.root}/v1/chat/completions",
-                content=orjson.dumps(upstream),
-                headers=gateway.json_headers,
+            response = await self.client.request(
+                "POST", f"{gateway.root}/v1/chat/completions", gateway.json_headers, orjson.dumps(upstream)
             )
-        except httpx.HTTPError as exc:
+            content = await response.read()
+        except UpstreamError as exc:
             raise await self._failed(gateway, exc) from None
-        await self._check_status(gateway, response)
+        await self._check_status(gateway, response.status, content)
         upstream_ms = (time.perf_counter() - sent) * 1000
         try:
-            answer = orjson.loads(response.content)
-            completed = from_answer(answer)
+            completed = from_answer(orjson.loads(content))
         except ValueError as exc:
             raise await self._fail(
                 gateway, GatewayError.upstream(f"the upstream's answer is unusable: {exc}")
             ) from None
         await self._record(gateway, body, completed, stream=False, started=started, upstream_ms=upstream_ms)
-        return answer  # type: ignore[no-any-return]
+        return content
 
     async def chat_stream(self, session_id: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
         """One streamed chat call. Refusals (and an upstream failing before its first byte) raise here,
@@ -211,21 +209,16 @@ class Gateways:
         session, gateway, upstream = self._prepare(session_id, body)
         if _over(session):
             return _over_events(over_answer(session, upstream.get("model")))
-        request = self.client.build_request(
-            "POST",
-            f"{gateway.root}/v1/chat/completions",
-            content=orjson.dumps(upstream),
-            headers=gateway.json_headers,
-        )
+        content = orjson.dumps(upstream)
         sent = time.perf_counter()
         try:
-            response = await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            response = await self.client.request(
+                "POST", f"{gateway.root}/v1/chat/completions", gateway.json_headers, content
+            )
+            if response.status != 200:
+                await self._check_status(gateway, response.status, await response.read())
+        except UpstreamError as exc:
             raise await self._failed(gateway, exc) from None
-        if response.status_code != 200:
-            await response.aread()
-            await response.aclose()
-            await self._check_status(gateway, response)
         return self._forward(gateway, body, _Upstream(response, started, sent))
 
     async def _forward(
@@ -234,13 +227,13 @@ class Gateways:
         assembler = StreamAssembler()
         failure: GatewayError | None = None
         try:
-            async for chunk in upstream.response.aiter_raw():
+            async for chunk in upstream.response.stream():
                 assembler.feed(chunk)
                 yield chunk
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             failure = await self._failed(gateway, exc)
         finally:
-            await upstream.response.aclose()
+            upstream.response.close()
         upstream_ms = (time.perf_counter() - upstream.sent) * 1000
         if failure is None and not assembler.complete:
             why = assembler.error or "the upstream's stream ended before the completion finished"
@@ -261,15 +254,15 @@ class Gateways:
             # Headers went out with a 200: the failure is an error event, which OpenAI's clients raise.
             yield b"data: " + orjson.dumps(failure.body()) + b"\n\n"
 
-    async def _check_status(self, gateway: EpisodeGateway, response: httpx.Response) -> None:
-        if response.status_code == 200:
+    async def _check_status(self, gateway: EpisodeGateway, status: int, content: bytes) -> None:
+        if status == 200:
             return
-        message = _upstream_message(response)
-        if 400 <= response.status_code < 500 and response.status_code != 408:
+        message = _upstream_message(content)
+        if 400 <= status < 500 and status != 408:
             # The call itself was refused (a prompt over the context, an unknown model): the agent's to
             # fix; the episode goes on and nothing is recorded.
             raise GatewayError(
-                response.status_code,
+                status,
                 f"the upstream refused the call: {message}",
                 "invalid_request_error",
                 "upstream_refused",
@@ -277,20 +270,20 @@ class Gateways:
         raise await self._fail(
             gateway,
             GatewayError.upstream(
-                f"the upstream answered {response.status_code}: {message}",
-                timeout=response.status_code in (408, 504),
+                f"the upstream answered {status}: {message}",
+                timeout=status in (408, 504),
             ),
         )
 
-    async def _failed(self, gateway: EpisodeGateway, exc: httpx.HTTPError) -> GatewayError:
-        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+    async def _failed(self, gateway: EpisodeGateway, exc: UpstreamError) -> GatewayError:
+        if exc.timeout:
             error = GatewayError.upstream(
                 f"the upstream did not answer within {self.settings.gateway.upstream_timeout_s:g} s "
                 f"(GYM_GATEWAY__UPSTREAM_TIMEOUT_S)",
                 timeout=True,
             )
         else:
-            error = GatewayError.upstream(f"the upstream is unreachable or broke off: {type(exc).__name__}")
+            error = GatewayError.upstream(f"the upstream is unreachable or broke off: {exc.kind}")
         return await self._fail(gateway, error)
 
     async def _fail(self, gateway: EpisodeGateway, error: GatewayError) -> GatewayError:
@@ -364,11 +357,11 @@ async def _over_events(answer: dict[str, Any]) -> AsyncIterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def _upstream_message(response: httpx.Response) -> str:
+def _upstream_message(content: bytes) -> str:
     try:
-        body = response.json()
+        body = orjson.loads(content)
     except ValueError:
-        return response.text[:200] or "(no body)"
+        return content[:200].decode(errors="replace") or "(no body)"
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         return str(error.get("message", ""))[:200]

@@ -61,7 +61,7 @@ async def chat_completions(session_id: str, request: Request) -> Response:
         if body.get("stream") is True:
             events = await gateways.chat_stream(session_id, body)
             return StreamingResponse(events, media_type="text/event-stream")
-        return Response(orjson.dumps(await gateways.chat(session_id, body)), media_type="application/json")
+        return Response(await gateways.chat(session_id, body), media_type="application/json")
     except GatewayError as exc:
         return _error(exc)
 
