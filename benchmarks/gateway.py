@@ -7,8 +7,12 @@ processes of their own. Each round, at each level, the same agents make the same
 after the other so drift touches both alike: straight to the upstream, then through their episodes'
 gateway URLs (each agent its own episode). The overhead is the difference of the two paths' p50
 latencies; the gym's own accounting (`gateway_ms` in each call's record: its time beyond the upstream's)
-is reported beside it. Memory: the gym's RSS before and after opening episodes that each hold recorded
-calls, per episode. Targets (issue 27): <= 1 ms p50 and <= 5 % of the upstream's latency at 16 agents.
+is reported beside it, and so are the CPU seconds per call of the gym (through the gateway) and of the
+upstream (called directly), read from /proc: what a call costs whatever else the machine runs, where
+latencies on a shared machine measure its load. With 2 cores or more the gym runs pinned to core 0, the
+upstream and the agents to core 1. Memory: the gym's RSS before and after opening episodes that each
+hold recorded calls, per episode. Targets (issue 27): <= 1 ms p50 and <= 5 % of the upstream's latency
+at 16 agents.
 
     python benchmarks/gateway.py            # 2 rounds of 40 calls per agent
     python benchmarks/gateway.py --quick    # 1 round of 10
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -28,7 +33,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _sessions_system import REPO, ManagedProcess, free_port, machine_description, proc_rss_mb
+from _sessions_system import (
+    LOADGEN_CORE,
+    REPO,
+    SERVER_CORE,
+    ManagedProcess,
+    free_port,
+    machine_description,
+    pin,
+    proc_rss_mb,
+)
 
 PEERS = Path(__file__).resolve().parent / "peers"
 MESSAGES = [
@@ -52,6 +66,8 @@ class Row:
     direct_p50_ms: float
     gateway_p50_ms: float
     recorded_ms: float  # p50 of the gym's own `gateway_ms`
+    gym_cpu_ms: float  # the gym's CPU per call through the gateway
+    upstream_cpu_ms: float  # the upstream's CPU per call made directly
 
     @property
     def overhead_ms(self) -> float:
@@ -89,16 +105,36 @@ async def agent(client: httpx.AsyncClient, url: str, calls: int, stream: bool) -
     return latencies
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds a process's threads ran, to the nanosecond (/proc/<pid>/task/*/schedstat; stat's
+    clock ticks are 10 ms, a hundred calls' worth); threads that ended meanwhile are not counted."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Pids:
+    gym: int
+    upstream: int
+
+
 async def level(
-    client: httpx.AsyncClient, gym: str, upstream: str, agents: int, calls: int, stream: bool
+    client: httpx.AsyncClient, gym: str, upstream: str, pids: Pids, agents: int, calls: int, stream: bool
 ) -> Row:
+    upstream_cpu = cpu_seconds(pids.upstream)
     direct = await asyncio.gather(
         *(agent(client, f"{upstream}/v1/chat/completions", calls, stream) for _ in range(agents))
     )
+    upstream_cpu = cpu_seconds(pids.upstream) - upstream_cpu
     episodes = [await open_episode(client, gym, upstream) for _ in range(agents)]
+    gym_cpu = cpu_seconds(pids.gym)
     through = await asyncio.gather(
         *(agent(client, f"{e['gateway']['base_url']}/chat/completions", calls, stream) for e in episodes)
     )
+    gym_cpu = cpu_seconds(pids.gym) - gym_cpu
     recorded: list[float] = []
     for episode in episodes:
         (await client.delete(f"{gym}/v1/sessions/{episode['session_id']}")).raise_for_status()
@@ -110,6 +146,8 @@ async def level(
         statistics.median(x for xs in direct for x in xs),
         statistics.median(x for xs in through for x in xs),
         statistics.median(recorded),
+        gym_cpu * 1000 / (agents * calls),
+        upstream_cpu * 1000 / (agents * calls),
     )
 
 
@@ -137,15 +175,15 @@ async def memory(
 
 
 async def measure(
-    args: argparse.Namespace, gym: str, upstream: str, pid: int
+    args: argparse.Namespace, gym: str, upstream: str, pids: Pids
 ) -> tuple[list[Row], tuple[float, int]]:
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        await level(client, gym, upstream, 1, 5, False)  # warm-up: connections, first episode's imports
+        await level(client, gym, upstream, pids, 1, 5, False)  # warm-up: connections, first imports
         # First, while the heap is young: later levels leave freed memory that new episodes would reuse.
-        mem = await memory(client, gym, upstream, pid, args.episodes, args.calls)
+        mem = await memory(client, gym, upstream, pids.gym, args.episodes, args.calls)
         rows = [
-            await level(client, gym, upstream, agents, args.calls, stream)
+            await level(client, gym, upstream, pids, agents, args.calls, stream)
             for _ in range(args.rounds)
             for agents in (1, 16)
             for stream in (False, True)
@@ -153,15 +191,18 @@ async def measure(
         return rows, mem
 
 
-def report(rows: list[Row], mem: tuple[float, int], machine: dict[str, str], args: argparse.Namespace) -> str:
+def report(
+    rows: list[Row], mem: tuple[float, int], machine: dict[str, str], args: argparse.Namespace, pinned: bool
+) -> str:
     lines = [
         f"Episode gateway overhead ({args.rounds} round(s), {args.calls} calls per agent; {machine['date']})",
         f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['ram']}; load {machine['load']}; "
-        f"git {machine['git']}",
+        f"git {machine['git']}; "
+        + ("gym pinned to core 0, upstream and agents to core 1" if pinned else "not pinned"),
         "",
         "| agents | stream | upstream p50 ms | through gateway p50 ms | overhead p50 ms | share of upstream "
-        "| gym's own gateway_ms p50 |",
-        "|---|---|---|---|---|---|---|",
+        "| gym's own gateway_ms p50 | gym CPU ms/call | upstream CPU ms/call |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for agents in (1, 16):
         for stream in (False, True):
@@ -169,9 +210,11 @@ def report(rows: list[Row], mem: tuple[float, int], machine: dict[str, str], arg
             direct = statistics.median(r.direct_p50_ms for r in mine)
             through = statistics.median(r.gateway_p50_ms for r in mine)
             recorded = statistics.median(r.recorded_ms for r in mine)
+            gym_cpu = statistics.median(r.gym_cpu_ms for r in mine)
+            upstream_cpu = statistics.median(r.upstream_cpu_ms for r in mine)
             lines.append(
                 f"| {agents} | {stream} | {direct:.2f} | {through:.2f} | {through - direct:.2f} | "
-                f"{(through - direct) / direct:.0%} | {recorded:.2f} |"
+                f"{(through - direct) / direct:.0%} | {recorded:.2f} | {gym_cpu:.3f} | {upstream_cpu:.3f} |"
             )
     per_episode, size = mem
     lines += [
@@ -226,18 +269,21 @@ def main() -> None:
             cwd=REPO,
             log=Path(tmp) / "gym.log",
         )
+        pinned = (os.cpu_count() or 1) > LOADGEN_CORE
         try:
-            upstream.start(None)
-            gym.start(None)
+            upstream.start(LOADGEN_CORE if pinned else None)
+            gym.start(SERVER_CORE if pinned else None)
+            if pinned:
+                pin(os.getpid(), LOADGEN_CORE)
             gym_url, upstream_url = f"http://127.0.0.1:{gym_port}", f"http://127.0.0.1:{upstream_port}"
             asyncio.run(wait_ready(f"{upstream_url}/health", upstream))
             asyncio.run(wait_ready(f"{gym_url}/readyz", gym))
-            rows, mem = asyncio.run(measure(args, gym_url, upstream_url, gym.pid))
+            rows, mem = asyncio.run(measure(args, gym_url, upstream_url, Pids(gym.pid, upstream.pid)))
         finally:
             gym.stop()
             upstream.stop()
     machine["load"] = " / ".join(Path("/proc/loadavg").read_text().split()[:3])  # at the end, too
-    print(report(rows, mem, machine, args))
+    print(report(rows, mem, machine, args, pinned))
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     install_error_handlers(app)
     nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}, inside every check below
     app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
+    app.add_middleware(gateway.GatewayFastPath)  # an agent's chat calls, inside the body limit too
     # /v1/environments/{env}/openenv/{ws,reset,step,state} and its step's fast path, inside the body
     # limit too; its routes before the catalog's GET /v1/environments/{env:path}, which would take them.
     openenv_facade.mount(app)

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from conftest import AppHarness, free_port, serving
@@ -250,3 +251,22 @@ async def test_the_final_answer_of_an_agent_with_its_own_tools_is_scored_and_sto
     assert len(gateway_calls(record)) == 1
     again = await gym.client.post(f"/v1/sessions/{episode['session_id']}/answer", json={"answer": "x"})
     assert again.status_code == 410
+
+
+async def test_the_fast_path_and_the_route_answer_alike(
+    gym: AppHarness, upstream: tuple[Upstream, str]
+) -> None:
+    """`GatewayFastPath` answers chat calls in front of FastAPI; a request under a root path goes on to
+    the FastAPI route, which answers the same, bad input included."""
+    _, url = upstream
+    episode = await open_episode(gym, url)
+    path = f"/v1/sessions/{episode['session_id']}/openai/v1/chat/completions"
+    transport = httpx.ASGITransport(app=gym.app, root_path="/gym")
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as routed:
+        for body in ({"model": "m", "messages": episode["messages"]}, [1], {"messages": []}):
+            fast = await gym.client.post(path, json=body)
+            slow = await routed.post(f"/gym{path}", json=body)
+            assert (slow.status_code, slow.json()) == (fast.status_code, fast.json())
+    assert (await gym.client.delete(f"/v1/sessions/{episode['session_id']}")).status_code == 204
+    record = await stored(gym, episode["session_id"])
+    assert [call["call"] for call in gateway_calls(record)] == [0, 1]  # both paths recorded their call

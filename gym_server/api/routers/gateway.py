@@ -14,9 +14,12 @@ from typing import Any, cast
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_server.api.deps import ManagerDep, StoreDep, TenantDep
 from gym_server.api.schemas import EpisodeAnswered, GatewayAnswer
+from gym_server.core.asgi import read_body
 from gym_server.core.errors import RolloutNotFound
 from gym_server.core.problems import StrictJsonRoute
 from gym_server.gateway.errors import GatewayError
@@ -50,20 +53,61 @@ def _error(exc: GatewayError) -> JSONResponse:
 async def chat_completions(session_id: str, request: Request) -> Response:
     """Forwarded to the episode's upstream asking for token ids and logprobs; the complete call is
     recorded on the episode. After the episode ended: an assistant message saying so, not recorded."""
+    return await _chat(_gateways(request), session_id, await request.body())
+
+
+async def _chat(gateways: Gateways, session_id: str, raw: bytes) -> Response:
+    """The answer to one chat call, from its raw body: the route's and `GatewayFastPath`'s."""
     try:
         try:
-            body: Any = orjson.loads(await request.body())
+            body: Any = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise GatewayError.bad_request("the body is not JSON") from None
         if not isinstance(body, dict):
             raise GatewayError.bad_request("the body must be a JSON object (a chat completion request)")
-        gateways = _gateways(request)
         if body.get("stream") is True:
             events = await gateways.chat_stream(session_id, body)
             return StreamingResponse(events, media_type="text/event-stream")
         return Response(await gateways.chat(session_id, body), media_type="application/json")
     except GatewayError as exc:
         return _error(exc)
+
+
+class GatewayFastPath:
+    """ASGI middleware serving `POST {base_url}/chat/completions` without FastAPI's routing and layers.
+
+    A call through the gateway costs the gym two HTTP exchanges, and FastAPI's layers (its middleware
+    stack, the match against every route, the endpoint's dependency solving) were about half of the
+    gym's CPU per call once the upstream client was cheap (docs/benchmarks.md#episode-gateway). Here the
+    path is split and the route's own function answers: the same checks, errors and answers. The app's
+    middleware in front of it (host guard, auth, media type, body limit) has run already; a request with
+    a root path, another method or path goes on to FastAPI untouched.
+    """
+
+    _PREFIX, _SUFFIX = "/v1/sessions/", "/openai/v1/chat/completions"
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"] if scope["type"] == "http" else ""
+        session_id = path[len(self._PREFIX) : -len(self._SUFFIX)]
+        if (
+            not path.endswith(self._SUFFIX)
+            or not path.startswith(self._PREFIX)
+            or scope["method"] != "POST"
+            or scope.get("root_path")
+            or not session_id
+            or "/" in session_id
+        ):
+            await self.app(scope, receive, send)
+            return
+        try:
+            raw = await read_body(receive)
+        except ClientDisconnect:
+            return  # the client left before the end of its body: nobody to answer
+        response = await _chat(scope["app"].state.gateways, session_id, raw)
+        await response(scope, receive, send)
 
 
 @router.get(f"{_OPENAI}/models", summary="The upstream's models", responses=_OPENAI_ERRORS)
