@@ -42,9 +42,9 @@ class Completed:
 
 
 def _ids(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(
-        isinstance(item, int) and not isinstance(item, bool) for item in value
-    ):
+    # The types' set, made in C: a Python loop over a prompt's thousands of ids cost more than the rest
+    # of the record. `type(x) is int` leaves out bools and int subclasses, as the check should.
+    if isinstance(value, list) and set(map(type, value)) <= {int}:
         return value
     return None
 
