@@ -7,12 +7,12 @@ processes of their own. Each round, at each level, the same agents make the same
 after the other so drift touches both alike: straight to the upstream, then through their episodes'
 gateway URLs (each agent its own episode). The overhead is the difference of the two paths' p50
 latencies; the gym's own accounting (`gateway_ms` in each call's record: its time beyond the upstream's)
-is reported beside it, and so are the CPU seconds per call of the gym (through the gateway) and of the
-upstream (called directly), read from /proc: what a call costs whatever else the machine runs, where
-latencies on a shared machine measure its load. With 2 cores or more the gym runs pinned to core 0, the
-upstream and the agents to core 1. Memory: the gym's RSS before and after opening episodes that each
-hold recorded calls, per episode. Targets (issue 27): <= 1 ms p50 and <= 5 % of the upstream's latency
-at 16 agents.
+is reported beside it, and so are the CPU seconds per call of the gym (through the gateway), of the
+upstream and of the agents' HTTP client (both called directly), read from /proc: what a call costs
+whatever else the machine runs, where latencies on a shared machine measure its load. With 2 cores or
+more the gym runs pinned to core 0, the upstream and the agents to core 1. Memory: the gym's RSS before
+and after opening episodes that each hold recorded calls, per episode. Targets (issue 27): <= 1 ms p50
+and <= 5 % of the upstream's latency at 16 agents.
 
     python benchmarks/gateway.py            # 2 rounds of 40 calls per agent
     python benchmarks/gateway.py --quick    # 1 round of 10
@@ -68,6 +68,7 @@ class Row:
     recorded_ms: float  # p50 of the gym's own `gateway_ms`
     gym_cpu_ms: float  # the gym's CPU per call through the gateway
     upstream_cpu_ms: float  # the upstream's CPU per call made directly
+    agent_cpu_ms: float  # the agents' (this process's) CPU per call made directly: their HTTP client
 
     @property
     def overhead_ms(self) -> float:
@@ -124,11 +125,11 @@ class Pids:
 async def level(
     client: httpx.AsyncClient, gym: str, upstream: str, pids: Pids, agents: int, calls: int, stream: bool
 ) -> Row:
-    upstream_cpu = cpu_seconds(pids.upstream)
+    upstream_cpu, agent_cpu = cpu_seconds(pids.upstream), time.process_time()
     direct = await asyncio.gather(
         *(agent(client, f"{upstream}/v1/chat/completions", calls, stream) for _ in range(agents))
     )
-    upstream_cpu = cpu_seconds(pids.upstream) - upstream_cpu
+    upstream_cpu, agent_cpu = cpu_seconds(pids.upstream) - upstream_cpu, time.process_time() - agent_cpu
     episodes = [await open_episode(client, gym, upstream) for _ in range(agents)]
     gym_cpu = cpu_seconds(pids.gym)
     through = await asyncio.gather(
@@ -148,6 +149,7 @@ async def level(
         statistics.median(recorded),
         gym_cpu * 1000 / (agents * calls),
         upstream_cpu * 1000 / (agents * calls),
+        agent_cpu * 1000 / (agents * calls),
     )
 
 
@@ -201,8 +203,8 @@ def report(
         + ("gym pinned to core 0, upstream and agents to core 1" if pinned else "not pinned"),
         "",
         "| agents | stream | upstream p50 ms | through gateway p50 ms | overhead p50 ms | share of upstream "
-        "| gym's own gateway_ms p50 | gym CPU ms/call | upstream CPU ms/call |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| gym's own gateway_ms p50 | gym CPU ms/call | upstream CPU ms/call | agent CPU ms/call |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for agents in (1, 16):
         for stream in (False, True):
@@ -212,9 +214,11 @@ def report(
             recorded = statistics.median(r.recorded_ms for r in mine)
             gym_cpu = statistics.median(r.gym_cpu_ms for r in mine)
             upstream_cpu = statistics.median(r.upstream_cpu_ms for r in mine)
+            agent_cpu = statistics.median(r.agent_cpu_ms for r in mine)
             lines.append(
                 f"| {agents} | {stream} | {direct:.2f} | {through:.2f} | {through - direct:.2f} | "
-                f"{(through - direct) / direct:.0%} | {recorded:.2f} | {gym_cpu:.3f} | {upstream_cpu:.3f} |"
+                f"{(through - direct) / direct:.0%} | {recorded:.2f} | {gym_cpu:.3f} | {upstream_cpu:.3f} "
+                f"| {agent_cpu:.3f} |"
             )
     per_episode, size = mem
     lines += [

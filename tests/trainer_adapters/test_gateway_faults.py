@@ -5,7 +5,7 @@ outside the allow-list; unknown and closed episodes; the final answer of an agen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ import pytest
 from conftest import AppHarness, free_port, serving
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from gym_server.api.routers.gateway import _EventStream
 
 PROMPT_IDS, TOKEN_IDS, LOGPROBS = [1, 2, 3], [7, 8, 9], [-0.5, -0.25, -0.125]
 KEY = "sk-upstream-secret-1234"
@@ -262,11 +264,47 @@ async def test_the_fast_path_and_the_route_answer_alike(
     episode = await open_episode(gym, url)
     path = f"/v1/sessions/{episode['session_id']}/openai/v1/chat/completions"
     transport = httpx.ASGITransport(app=gym.app, root_path="/gym")
+    bodies: list[Any] = [{"model": "m", "messages": episode["messages"]}, [1], {"messages": []}]
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as routed:
-        for body in ({"model": "m", "messages": episode["messages"]}, [1], {"messages": []}):
+        for body in bodies:
             fast = await gym.client.post(path, json=body)
             slow = await routed.post(f"/gym{path}", json=body)
             assert (slow.status_code, slow.json()) == (fast.status_code, fast.json())
     assert (await gym.client.delete(f"/v1/sessions/{episode['session_id']}")).status_code == 204
     record = await stored(gym, episode["session_id"])
     assert [call["call"] for call in gateway_calls(record)] == [0, 1]  # both paths recorded their call
+
+
+@pytest.mark.parametrize("leaves", [True, False])
+async def test_a_stream_stops_when_its_client_is_gone_and_the_source_is_closed(leaves: bool) -> None:
+    """The streamed answer's sender (`_EventStream`) ends the stream at the first event after the client
+    left, closing the source (the gateway's forwarder then records nothing); a client that stays gets
+    every event and the end of the body."""
+    closed: list[bool] = []
+    sent: list[MutableMapping[str, Any]] = []
+    left = asyncio.Event()
+
+    async def source() -> AsyncIterator[bytes]:
+        try:
+            for n in range(5):
+                yield b"data: %d\n\n" % n
+                await asyncio.sleep(0)
+        finally:
+            closed.append(True)
+
+    async def receive() -> MutableMapping[str, Any]:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+        if leaves and len(sent) == 3:  # the head and two events are out: the client goes
+            left.set()
+
+    await _EventStream(source(), media_type="text/event-stream")({"type": "http"}, receive, send)
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    if leaves:
+        assert len(bodies) < 5 and sent[-1]["more_body"] is True  # cut short, no end of body
+    else:
+        assert bodies == [b"data: %d\n\n" % n for n in range(5)] + [b""]
+    assert closed == [True]
