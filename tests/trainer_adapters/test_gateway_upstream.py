@@ -159,6 +159,29 @@ def test_a_pooled_connection_the_upstream_closed_is_replaced(run: Runner) -> Non
 
 
 @pytest.mark.parametrize("run", RUNNERS)
+def test_a_request_the_upstream_closes_on_unanswered_is_sent_again_once(run: Runner) -> None:
+    server: Server
+
+    async def one_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        server.requests.append(await read_request(reader))  # the next one is read, then closed on
+
+    async def main() -> None:
+        upstream = client()
+        async with server as url:
+            for _ in range(2):
+                response = await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
+                assert (response.status, await response.read()) == (200, b'{"ok": true}')
+        await upstream.aclose()
+        # the second call went on the kept connection, was closed on without a byte, and was sent anew
+        assert (server.connections, len(server.requests)) == (2, 1)
+
+    server = Server(one_answer)
+    run(main())
+
+
+@pytest.mark.parametrize("run", RUNNERS)
 def test_an_upstream_that_does_not_answer_times_out(run: Runner) -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
