@@ -248,6 +248,9 @@ class UpstreamClient:
                 if reused and exc.kind == "ConnectionClosed":
                     continue  # the pool's connection had been closed by the upstream: once more, anew
                 raise
+            except BaseException:  # cancelled: the answer would come to nobody, on a connection in use
+                connection._close()
+                raise
             return UpstreamResponse(self, origin, connection)
 
     def release(self, origin: _Origin, connection: _Connection) -> None:

@@ -237,3 +237,30 @@ def test_a_header_that_would_split_the_request_is_refused_unsent(value: str) -> 
         await upstream.aclose()
 
     asyncio.run(main())
+
+
+def test_a_call_cancelled_while_waiting_closes_its_connection() -> None:
+    server: Server
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await reader.read()  # until the client closes
+        server.requests.append(b"closed by the client")
+
+    async def main() -> None:
+        upstream = client()
+        async with server as url:
+            call = asyncio.ensure_future(upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}"))
+            await asyncio.sleep(0.1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            for _ in range(100):
+                if server.requests:
+                    break
+                await asyncio.sleep(0.02)
+        assert server.requests == [b"closed by the client"]
+        await upstream.aclose()
+
+    server = Server(slow)
+    asyncio.run(main())
