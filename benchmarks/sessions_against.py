@@ -122,6 +122,13 @@ def _rates(levels: list[LevelResult]) -> list[float]:
     return [level.steps / level.seconds for level in levels]
 
 
+def _us_per_episode(level: LevelResult, steps: int) -> float:
+    """Server CPU per episode of create, `steps` steps, verify and close: the cost a training run pays,
+    counting the create and close an episode's steps are amortised over."""
+    episodes = level.steps / steps
+    return level.server_cpu * level.seconds / episodes * 1e6 if episodes else float("nan")
+
+
 def print_table(base: Side, head: Side, args: argparse.Namespace, loads: dict[int, list[str]]) -> None:
     table = Table(
         title=f"{HEAD} against {args.against}: {args.rounds} interleaved round(s) of {args.duration:g} s, "
@@ -132,6 +139,7 @@ def print_table(base: Side, head: Side, args: argparse.Namespace, loads: dict[in
     table.add_column(f"step p50 {args.against} → {HEAD}", justify="right")
     table.add_column("server CPU µs/request", justify="right")
     table.add_column("CPU ratio", justify="right")
+    table.add_column(f"server CPU µs/episode ({args.steps} steps)", justify="right")
     table.add_column("load 1 min", justify="right")
     table.add_column("errors", justify="right")
     for clients in args.clients:
@@ -139,6 +147,9 @@ def print_table(base: Side, head: Side, args: argparse.Namespace, loads: dict[in
         ratio = statistics.median(_rates(after)) / statistics.median(_rates(before))
         p50 = [fmt_ms(statistics.median(lv.p("step", 50) for lv in levels)) for levels in (before, after)]
         cpu = [statistics.median(lv.server_us_per_request for lv in levels) for levels in (before, after)]
+        episode = [
+            statistics.median(_us_per_episode(lv, args.steps) for lv in levels) for levels in (before, after)
+        ]
         table.add_row(
             str(clients),
             ", ".join(f"{rate:,.0f}" for rate in _rates(before)),
@@ -147,7 +158,8 @@ def print_table(base: Side, head: Side, args: argparse.Namespace, loads: dict[in
             f"{p50[0]} → {p50[1]} ms",
             f"{cpu[0]:,.0f} → {cpu[1]:,.0f}",
             f"{cpu[1] / cpu[0]:.2f}",
-            "-".join(sorted({min(loads[clients]), max(loads[clients])})),
+            f"{episode[0]:,.0f} → {episode[1]:,.0f} ({episode[1] / episode[0]:.2f})",
+            "-".join(sorted({min(loads[clients], key=float), max(loads[clients], key=float)}, key=float)),
             str(sum(sum(level.errors.values()) for level in before + after)),
         )
     console.print(table)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from gym_server.core.errors import RolloutNotFound
 from gym_server.store import repository
-from gym_server.store.migrate import make_engine
+from gym_server.store.migrate import make_engine, upgrade_database
 from gym_server.store.models import Rescore, Trajectory, trajectories_table
 from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus
 
@@ -230,3 +232,29 @@ def test_rescore_of_an_unknown_trajectory(sessions: sessionmaker[Session]) -> No
         repository.add_rescore(session, "missing", reward=1.0, components={}, verifier_version=None)
     with sessions() as session:
         assert repository.list_rescores(session, "missing") == []
+
+
+def test_the_sqlite_driver_upsert_stores_what_the_core_upsert_stores(
+    tmp_path: Path, full_record: TrajectoryRecord
+) -> None:
+    """The writer's SQLite path skips SQLAlchemy's execution but must leave byte-for-byte the same row."""
+    stored: list[tuple[object, ...]] = []
+    for name, write in (
+        ("core", repository.upsert_trajectories),
+        ("driver", repository.upsert_trajectories_sqlite),
+    ):
+        url = f"sqlite:///{tmp_path / name}.db"
+        upgrade_database(url)
+        engine = make_engine(url)
+        with engine.connect() as connection:
+            finished = full_record.model_copy(update={"status": TrajectoryStatus.COMPLETED, "reward": 0.5})
+            for record in (full_record, finished):  # an insert, then the update of the same id
+                write(connection, [record])
+                connection.connection.driver_connection.commit()  # type: ignore[union-attr]
+                connection.commit()
+        with sqlite3.connect(tmp_path / f"{name}.db") as raw:
+            stored.append(raw.execute("SELECT * FROM trajectories").fetchone())
+            stored.append(raw.execute("SELECT * FROM trajectory_totals").fetchone())
+        engine.dispose()
+    assert stored[0] == stored[2] and stored[1] == stored[3]
+    assert stored[0] is not None and stored[0][11] == 0.5

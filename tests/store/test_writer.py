@@ -306,3 +306,34 @@ async def test_start_fails_clearly_on_a_missing_postgres_database() -> None:
     ) as caught:
         await store.start()
     assert "pw@" not in caught.value.detail
+
+
+async def test_acknowledged_one_at_a_time_on_a_sqlite_file_the_wal_stays_bounded(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    """One-row commits made for acknowledgements (on the event loop, for a SQLite file) leave the WAL's
+    checkpoints to the writer thread; without them the WAL grew by every commit's pages for good."""
+    url = f"sqlite:///{tmp_path / 'gym.db'}"
+    store = TrajectoryStore(url, flush_interval_s=3600.0)  # the thread wakes only when asked to
+    await store.start()
+    try:
+        for _ in range(400):  # about 400 x 16 pages: past the 1,000 pages SQLite checkpoints at by default
+            record = make_record(messages=[{"role": "user", "content": "x" * 2000}])
+            store.record(record)
+            await store.committed(record.id)
+        assert (store.pending, store.written) == (0, 400)
+        # SQLite starts the WAL from its beginning again after a checkpoint; it never shrinks the file, so
+        # its size is the most pages one stretch between checkpoints held: well below the 400 commits'.
+        assert (tmp_path / "gym.db-wal").stat().st_size < 16 * 1024 * 1024
+    finally:
+        await store.stop()
+    assert await _count_rows(url) == 400
+
+
+async def _count_rows(url: str) -> int:
+    reopened = TrajectoryStore(url)
+    await reopened.start()
+    try:
+        return await reopened.count()
+    finally:
+        await reopened.stop()
