@@ -1,5 +1,6 @@
 """The server's sandbox backend: chosen at start-up from the app's settings, probed by `/readyz`, closed
-with nothing left behind at shutdown, and a misconfiguration that stops start-up in seconds.
+with nothing left behind at shutdown, and a misconfiguration that stops start-up in seconds (the probe's
+own timeout, `PROBE_TIMEOUT_S`, ends the wait on a silent engine; the errors say so).
 
 The Docker and bubblewrap cases run the real engine and the real `bwrap` (markers `docker`, `bwrap`);
 the not-ready case puts a loopback proxy between the server and the real engine and then silences it.
@@ -13,7 +14,6 @@ import select
 import socket
 import socketserver
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,8 +26,12 @@ from gymtest import call
 from gym_server.core.errors import SandboxUnavailable
 from gym_server.sandbox import runtime
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
+from gym_server.sandbox.factory import PROBE_TIMEOUT_S
 
 DOCKER_SOCKET = "/var/run/docker.sock"
+# How a silent engine's error reads when the probe's own bound ended the wait (not the Docker SDK's 30 s
+# default): the behaviour behind "stops start-up in seconds", without timing the test on a shared machine.
+PROBE_WAIT = f"read timeout={PROBE_TIMEOUT_S}"
 
 
 def sandbox_settings(backend: str, **extra: Any) -> dict[str, Any]:
@@ -164,15 +168,14 @@ async def test_readiness_is_503_while_the_docker_engine_does_not_answer(
         async with serving(tmp_path, **sandbox_settings("docker")) as gym:
             assert (await gym.client.get("/readyz")).status_code == 200
             proxy.silent.set()
-            started = time.monotonic()
             down = await gym.client.get("/readyz")
-            assert time.monotonic() - started < 5
             assert down.status_code == 503
             assert down.headers["content-type"] == "application/problem+json"
             assert down.headers["retry-after"] == "5"
             body = down.json()
             assert body["checks"]["database"] == "ok"
             assert body["checks"]["sandbox"].startswith("docker unavailable: the Docker engine at tcp://")
+            assert PROBE_WAIT in body["checks"]["sandbox"]  # the probe's bound ended the wait
             assert "does not answer" in body["detail"] and body["sandbox"]["state"] == "unavailable"
             healthz = await gym.client.get("/healthz")  # liveness never asks the engine
             assert healthz.status_code == 200
@@ -196,14 +199,13 @@ async def test_a_backend_that_cannot_run_stops_start_up_before_the_database(
     monkeypatch.setattr("gym_server.sandbox.bubblewrap.shutil.which", lambda *args, **kwargs: None)
     with silent_listener() as port:
         monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{port}")
-        started = time.monotonic()
         with pytest.raises(SandboxUnavailable) as caught:
             async with serving(tmp_path, **sandbox_settings(kind)):
                 pass
-    assert time.monotonic() - started < 10
     detail = caught.value.detail
     assert detail.startswith(f"GYM_SANDBOX__BACKEND={kind} cannot run sandboxes here: ")
-    assert ("does not answer" if kind == "docker" else "bwrap") in detail
+    assert ("does not answer (ReadTimeout: " if kind == "docker" else "needs `bwrap`") in detail
+    assert (PROBE_WAIT in detail) == (kind == "docker")
     assert not (tmp_path / "gym.db").exists()
 
 
@@ -216,10 +218,9 @@ def test_the_server_process_refuses_to_start_with_a_clear_message(
             GYM_SANDBOX__BACKEND="docker",
             DOCKER_HOST=f"tcp://127.0.0.1:{port}",
         )
-        started = time.monotonic()
         with pytest.raises(RuntimeError, match="server exited") as caught:
             server.start(timeout_s=20)
-    assert time.monotonic() - started < 15
+    assert PROBE_WAIT in str(caught.value)
     assert (
         f"cannot start: GYM_SANDBOX__BACKEND=docker cannot run sandboxes here: the Docker engine at tcp://127.0.0.1:{port}"
         in str(caught.value)

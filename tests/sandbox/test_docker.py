@@ -161,13 +161,11 @@ async def test_container_removed_mid_run_raises_not_hangs(docker_backend: Docker
     run = asyncio.create_task(box.exec("sleep 15"))
     await asyncio.sleep(0.5)
     await asyncio.to_thread(docker_backend.api.remove_container, box.container_id, force=True)
-    started = time.monotonic()
-    try:
+    try:  # wait_for: a hang fails the test rather than blocking it for the exec's 15 s
         result = await asyncio.wait_for(run, 10)
         assert not result.ok
     except SandboxUnavailable:
         pass
-    assert time.monotonic() - started < 10
     with pytest.raises(SandboxUnavailable):
         await box.exec("true")
     await box.close()

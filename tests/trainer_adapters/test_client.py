@@ -185,7 +185,6 @@ async def test_a_thousand_concurrent_sessions(
     server.start()
     n = 1000
     async with GymClient(server.url, max_connections=64) as gym:
-        started = time.monotonic()
         # All 1,000 open at once: created concurrently, each stepped, then all closed.
         sessions = await asyncio.wait_for(
             asyncio.gather(
@@ -203,9 +202,7 @@ async def test_a_thousand_concurrent_sessions(
         assert all(reply.messages[0]["role"] == "tool" for reply in replies)
         assert (await gym.request("GET", "/readyz")).json()["live_sessions"] == n
         await asyncio.wait_for(asyncio.gather(*(gym.close(s.session_id) for s in sessions)), timeout=180)
-        elapsed = time.monotonic() - started
         assert (await gym.request("GET", "/readyz")).json()["live_sessions"] == 0
-    assert elapsed < 180
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ServerProcess
+from grpotest import cpu_grpo_config, rise, train_quietly
 from gymtest import stored_run
 
 from gym_server.trainer_adapters.client import SyncGymClient
@@ -41,9 +42,7 @@ def test_grpo_with_environment_factory_raises_the_gym_reward(
 ) -> None:
     pytest.importorskip("trl")
     from datasets import Dataset
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils.chat_template_utils import get_json_schema
-    from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
@@ -71,23 +70,8 @@ def test_grpo_with_environment_factory_raises_the_gym_reward(
         }
         for t in tasks
     ]
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=BATCH,
-        num_generations=8,
-        max_completion_length=64,
-        max_tool_calling_iterations=3,
-        learning_rate=1e-3,
-        max_steps=STEPS,
-        logging_steps=1,
-        temperature=1.0,
-        beta=0.0,
-        seed=0,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
+    args = cpu_grpo_config(
+        tmp_path / "out", steps=STEPS, per_device_train_batch_size=BATCH, max_tool_calling_iterations=3
     )
     trainer = GRPOTrainer(
         model=model,
@@ -97,16 +81,11 @@ def test_grpo_with_environment_factory_raises_the_gym_reward(
         processing_class=tokenizer,
         environment_factory=factory,
     )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.train()
-
-    logs = [entry for entry in trainer.state.log_history if "reward" in entry]
+    logs = train_quietly(trainer)
     rewards = [float(entry["reward"]) for entry in logs]
     assert len(rewards) == STEPS
     assert all(entry["tools/call_frequency"] > 0 for entry in logs)  # TRL ran the gym's tools
-    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
-    assert last - first >= MARGIN, f"reward did not rise: {rewards}"
+    assert rise(rewards) >= MARGIN, f"reward did not rise: {rewards}"
 
     # Every rollout was one gym session of this run, and TRL's reward is the gym's stored verdict.
     page = stored_run(server.url, RUN, STEPS * BATCH)

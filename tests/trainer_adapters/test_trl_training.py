@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import ServerProcess
+from grpotest import cpu_grpo_config, rise, train_quietly
 from gymtest import poll
 
 from gym_server.trainer_adapters.chat import ChatRenderer
@@ -42,8 +43,6 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
     pytest.importorskip("trl")
     import torch
     from datasets import Dataset
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
@@ -66,23 +65,7 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
         ]
     )
     rollout = GymRolloutFunc(server.url, max_turns=3, run="grpo-test", seed=0)
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,  # TRL's default on a CPU too; the sampler runs fp32
-        per_device_train_batch_size=16,
-        num_generations=8,
-        max_completion_length=64,
-        learning_rate=1e-3,
-        max_steps=STEPS,
-        logging_steps=1,
-        temperature=1.0,
-        beta=0.0,
-        seed=0,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-    )
+    args = cpu_grpo_config(tmp_path / "out", steps=STEPS)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[gym_reward],
@@ -91,14 +74,9 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
         processing_class=tokenizer,
         rollout_func=rollout,
     )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    trainer.train()
-
-    rewards = [float(entry["reward"]) for entry in trainer.state.log_history if "reward" in entry]
+    rewards = [float(entry["reward"]) for entry in train_quietly(trainer)]
     assert len(rewards) == STEPS
-    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
-    assert last - first >= MARGIN, f"reward did not rise: {rewards}"
+    assert rise(rewards) >= MARGIN, f"reward did not rise: {rewards}"
     assert [h["mean_reward"] for h in rollout.history] == pytest.approx(rewards)  # TRL saw the gym's reward
 
     # Token invariants on a fresh batch, against the trained weights.

@@ -31,23 +31,10 @@ from gym_server.trainer_adapters.agents import AgentFn, AgentRollout, GatewayCon
 from gym_server.trainer_adapters.agents.runner import play_agent_many
 from gym_server.trainer_adapters.chat import ChatRenderer
 from gym_server.trainer_adapters.client import GymClient
+from gym_server.trainer_adapters.trl.columns import TrlRow, rollout_columns
 from gym_server.trainer_adapters.trl.rollout import _groups, _plain, _spec
 
 __all__ = ["AgentRolloutFunc"]
-
-_KEYS = (
-    "prompt_ids",
-    "completion_ids",
-    "logprobs",
-    "env_mask",
-    "gym_reward",
-    "gym_components",
-    "gym_failure",
-    "gym_session_id",
-    "gym_task_id",
-    "gym_samples",
-    "gym_masked_share",
-)
 
 
 @dataclass
@@ -126,29 +113,19 @@ class AgentRolloutFunc:
         self, rollouts: Sequence[AgentRollout], prompts: Sequence[Any], max_length: int
     ) -> dict[str, list[Any]]:
         assert self._renderer is not None
-        out: dict[str, list[Any]] = {key: [] for key in _KEYS}
+        rows = []
         for rollout, prompt in zip(rollouts, prompts, strict=True):
             sample = rollout.samples[-1] if rollout.samples else None
             if sample is not None and sample.model_tokens:
                 prompt_ids = sample.prompt_ids
                 completion_ids = sample.completion_ids[:max_length]
                 logprobs, mask = sample.logprobs[:max_length], sample.mask[:max_length]
-            else:  # no recorded tokens: a masked end-of-turn carries no gradient (TRL needs one token)
-                opening = rollout.prompt or _plain(prompt)
-                prompt_ids = self._renderer.render_prompt(opening).ids
-                completion_ids, logprobs, mask = [self._renderer.primary_eos_id], [0.0], [0]
-            out["prompt_ids"].append(prompt_ids)
-            out["completion_ids"].append(completion_ids)
-            out["logprobs"].append(logprobs)
-            out["env_mask"].append(mask)
-            out["gym_reward"].append(rollout.reward)
-            out["gym_components"].append(rollout.components)
-            out["gym_failure"].append(rollout.failure)
-            out["gym_session_id"].append(rollout.session_id)
-            out["gym_task_id"].append(rollout.task_id)
-            out["gym_samples"].append(len(rollout.samples))
-            out["gym_masked_share"].append(rollout.masked_share)
-        return out
+            else:  # no recorded tokens: the opening prompt, and rollout_columns' masked end-of-turn
+                prompt_ids = self._renderer.render_prompt(rollout.prompt or _plain(prompt)).ids
+                completion_ids, logprobs, mask = [], [], []
+            extra = {"gym_samples": len(rollout.samples), "gym_masked_share": rollout.masked_share}
+            rows.append(TrlRow(prompt_ids, completion_ids, logprobs, mask, rollout, extra))
+        return rollout_columns(rows, eos=self._renderer.primary_eos_id)
 
     def close(self) -> None:
         """Close the gym connection, the sampling thread and the in-process policy server."""

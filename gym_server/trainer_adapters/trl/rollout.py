@@ -38,6 +38,7 @@ from gym_server.trainer_adapters.samplers.base import SamplingParams, TokenSampl
 from gym_server.trainer_adapters.samplers.local import LocalSampler
 from gym_server.trainer_adapters.tracking.backends import Tracker
 from gym_server.trainer_adapters.tracking.metrics import rollout_metrics
+from gym_server.trainer_adapters.trl.columns import TrlRow, rollout_columns
 
 __all__ = ["GymRolloutFunc", "gym_prompt", "load_gym_dataset", "prompt_text"]
 
@@ -212,41 +213,15 @@ class GymRolloutFunc:
 
     def _to_trl(self, rollouts: Sequence[Rollout], prompts: Sequence[Any]) -> dict[str, list[Any]]:
         assert self._renderer is not None
-        eos = self._renderer.primary_eos_id
-        out: dict[str, list[Any]] = {
-            key: []
-            for key in (
-                "prompt_ids",
-                "completion_ids",
-                "logprobs",
-                "env_mask",
-                "gym_reward",
-                "gym_components",
-                "gym_failure",
-                "gym_stop_reason",
-                "gym_session_id",
-                "gym_task_id",
-            )
-        }
+        rows = []
         for rollout, prompt in zip(rollouts, prompts, strict=True):
-            prompt_ids, completion_ids = rollout.prompt_ids, rollout.completion_ids
-            logprobs, env_mask = rollout.logprobs, rollout.env_mask
+            prompt_ids = rollout.prompt_ids
             if not prompt_ids:  # the session never opened: render the dataset prompt instead
                 prompt_ids = self._renderer.render_prompt(_plain(prompt)).ids
-            if not completion_ids:
-                # TRL needs at least one completion token; a masked end-of-turn carries no gradient.
-                completion_ids, logprobs, env_mask = [eos], [0.0], [0]
-            out["prompt_ids"].append(prompt_ids)
-            out["completion_ids"].append(completion_ids)
-            out["logprobs"].append(logprobs)
-            out["env_mask"].append(env_mask)
-            out["gym_reward"].append(rollout.reward)
-            out["gym_components"].append(rollout.components)
-            out["gym_failure"].append(rollout.failure)
-            out["gym_stop_reason"].append(rollout.stop_reason)
-            out["gym_session_id"].append(rollout.session_id)
-            out["gym_task_id"].append(rollout.task_id)
-        return out
+            tokens = (rollout.completion_ids, rollout.logprobs, rollout.env_mask)
+            extra = {"gym_stop_reason": rollout.stop_reason}
+            rows.append(TrlRow(prompt_ids, *tokens, episode=rollout, extra=extra))
+        return rollout_columns(rows, eos=self._renderer.primary_eos_id)
 
     def close(self) -> None:
         """Close the gym connection and the sampling thread (the trainer's model is left alone)."""

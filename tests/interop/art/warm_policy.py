@@ -2,28 +2,63 @@
 calls against a running gym (the recipe of `gym-server demo --model tiny`), save it where
 `gym-server policy serve --model DIR` loads it, and write its tasks as JSON.
 
-    python warm_policy.py GYM_URL DIR    # DIR/config.json ..., DIR/tasks.json
+    python warm_policy.py GYM_URL DIR [STEPS [ENV ...]]    # DIR/config.json ..., DIR/tasks.json
+
+STEPS: supervised warm-up steps (default 100, the demo's recipe, after which many of the calls sampled
+at temperature 1 are malformed; the agent peers ask for 300, after which nearly all are well-formed).
+ENV: other environments whose first task the model then learns to answer with a `submit` call
+(`SUBMIT_STEPS` more steps, half of their examples counter's episodes, so that counter's first call
+stays `add`), so that an agent playing them calls one of their tools: a counter-only model never
+called a tool of the agent peers' second environment, workplace.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from gym_server.trainer_adapters.warmup import tiny_counter_recipe
+from gym_server.trainer_adapters.chat import ChatRenderer
+from gym_server.trainer_adapters.client import SyncGymClient
+from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_server.trainer_adapters.warmup import counter_example, tiny_counter_recipe, warm_up
+
+SUBMIT_STEPS = 60
 
 
-def main(gym_url: str, folder: Path) -> None:
+def main(gym_url: str, folder: Path, steps: int = 100, submit_envs: tuple[str, ...] = ()) -> None:
     torch.set_num_threads(1)  # the model is tiny: a second thread costs more than it gives on a shared CPU
-    model, tokenizer, train, _ = tiny_counter_recipe(gym_url, n_tasks=4)
+    model, tokenizer, train, _ = tiny_counter_recipe(gym_url, n_tasks=4, steps=steps)
+    if submit_envs:
+        renderer = ChatRenderer(tokenizer)
+        call = [*renderer.encode(render_tool_call("submit", {})), int(tokenizer.eos_token_id)]
+        prompts = [renderer.render_prompt(*_opening(gym_url, env)).ids for env in submit_envs]
+        counter = counter_example(tokenizer, train)
+
+        def example(rng: random.Random) -> tuple[list[int], list[int]]:
+            if rng.random() < 0.5:  # counter's episodes too, or its first call turns into `submit`
+                return counter(rng)
+            prompt = rng.choice(prompts)
+            return prompt + call, [-100] * len(prompt) + call
+
+        warm_up(model, tokenizer, example, steps=SUBMIT_STEPS)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     tasks = [{"task": t["task"], "seed": t["seed"]} for t in train]
     (folder / "tasks.json").write_text(json.dumps(tasks))
 
 
+def _opening(gym_url: str, env: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    with SyncGymClient(gym_url) as gym:
+        session = gym.create_session(env, seed=0, run="warmup-probe")
+        gym.close(session.session_id)
+    return session.messages, session.tools
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    args = sys.argv[1:]
+    main(args[0], Path(args[1]), *(int(arg) for arg in args[2:3]), tuple(args[3:]))

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -176,10 +175,8 @@ def test_a_client_that_disconnects_leaves_a_stored_trajectory(gym_with: Any) -> 
     finally:
         os.kill(client.pid, signal.SIGKILL)  # gone without a DELETE, as a crashed harness goes
         client.wait()
-    started = time.monotonic()
     stored = gym.stored(gym_id, "expired")
     assert stored["failure"] == "expired" and stored["num_turns"] == 1
-    assert time.monotonic() - started < 15
 
 
 async def test_the_unified_client_falls_back_to_the_handshake_and_plays(gym: Gym) -> None:
