@@ -1,5 +1,7 @@
-"""A user's agent as the gym's agent tests run it: a ReAct loop (model node, tools node, repeat) written
-with the plain `openai` client and the `mcp` client, the shape a LangGraph `create_react_agent` graph has.
+"""A user's agent as the suite's agent tests run it (tests/trainer_adapters/test_agents.py): a ReAct loop
+(model node, tools node, repeat) written with the plain `openai` client and the `mcp` client, the shape a
+LangGraph `create_react_agent` graph has (the graph itself is trained in tests/interop/langgraph, whose
+venv holds LangGraph's `mcp<2`).
 It knows nothing of the gym but the two URLs the episode hands it: the chat model's base URL and the MCP
 URL of the environment's tools. It stops when the model answers without a tool call (the gateway ends the
 conversation that way once the episode is over) or after `MAX_ROUNDS`, like a framework's step limit."""

@@ -1,7 +1,7 @@
 """Fixtures for the langgraph peer: real `gym-server serve` processes (tests/interop/gym_servers.py) and
 the warmed tiny policy behind a recording proxy (tests/interop/agent_gyms.py). LangGraph, langchain-openai
-and langchain-mcp-adapters (with its `mcp<2` client) run here; the gym's trainer-side helper
-(`gym_server.trainer_adapters.agents`, the base install) opens the episodes."""
+and langchain-mcp-adapters (with its `mcp<2` client) run here, beside TRL and torch (the GRPO test); the
+gym's trainer-side helpers (`gym_server.trainer_adapters`, the base install) open the episodes."""
 
 from __future__ import annotations
 
@@ -19,6 +19,6 @@ __all__ = ["Gym", "Policy", "anyio_backend", "gym", "policy"]
 
 
 def pytest_report_header() -> str:
-    names = ("langgraph", "langchain-openai", "langchain-mcp-adapters", "mcp")
+    names = ("langgraph", "langchain-openai", "langchain-mcp-adapters", "mcp", "trl", "torch")
     found = ", ".join(f"{name} {version(name)}" for name in names)
     return f"{found} against gym-server from {os.environ.get('GYM_INTEROP_PYTHON')}"

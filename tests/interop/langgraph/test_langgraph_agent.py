@@ -1,6 +1,6 @@
-"""An unmodified LangGraph agent (`create_react_agent` over `ChatOpenAI` and langchain-mcp-adapters'
-tools) plays gym episodes through the episode gateway and the episode's MCP URL; the gym's trainer-side
-helper (`play_agent`) opens and scores them.
+"""An unmodified LangGraph agent (langgraph_agent.py: `create_react_agent` over `ChatOpenAI` and
+langchain-mcp-adapters' tools) plays gym episodes through the episode gateway and the episode's MCP URL;
+the gym's trainer-side helper (`play_agent`) opens and scores them.
 
 What the framework does, and what the gym must survive: `MultiServerMCPClient.get_tools()` opens a new
 MCP session for every tool call (the episode lives in the URL, not the session), the 1.x MCP client
@@ -11,41 +11,14 @@ episode's end reaches the graph as the tool result's text, then as the gateway's
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from agent_gyms import Policy, play_checked
 from conftest import Gym
-from langchain_mcp_adapters.client import MultiServerMCPClient
-from langchain_openai import ChatOpenAI
-from langgraph.prebuilt import create_react_agent
+from langgraph_agent import langgraph_agent
 
-from gym_server.trainer_adapters.agents import AgentEpisode
 from gym_server.trainer_adapters.episodes import EpisodeSpec
 
 pytestmark = pytest.mark.anyio
-
-
-def langgraph_agent(streaming: bool) -> Any:
-    """The agent a LangGraph user already has; only the two URLs come from the episode."""
-
-    async def agent(episode: AgentEpisode) -> None:
-        mcp = MultiServerMCPClient(
-            {"env": {"transport": "streamable_http", "url": episode.mcp_url, "headers": episode.headers}}
-        )
-        tools = await mcp.get_tools()
-        model = ChatOpenAI(
-            model=episode.model,
-            base_url=episode.base_url,
-            api_key=episode.api_key,
-            temperature=1.0,
-            max_completion_tokens=64,
-            streaming=streaming,
-        )
-        graph = create_react_agent(model, tools)
-        await graph.ainvoke({"messages": episode.prompt}, {"recursion_limit": 12})
-
-    return agent
 
 
 async def test_a_langgraph_agent_plays_counter_token_exactly(gym: Gym, policy: Policy) -> None:
