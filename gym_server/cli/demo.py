@@ -243,7 +243,9 @@ def demo(
     ] = None,
     prompts_per_step: Annotated[int, typer.Option(min=1)] = 2,
     train_tasks: Annotated[int, typer.Option(min=1)] = 64,
-    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out tasks (smollm2)")] = 100,
+    eval_tasks: Annotated[
+        int | None, typer.Option(min=1, help="held-out tasks (default: smollm2 100, --agent 50)")
+    ] = None,
     max_completion: Annotated[
         int | None, typer.Option(min=8, help="model + environment tokens (default: 192 tiny, 64 smollm2)")
     ] = None,
@@ -279,7 +281,7 @@ def demo(
         ),
     ] = False,
     demos: Annotated[int, typer.Option(min=1, help="--agent: reference demonstrations played")] = 200,
-    sft_steps: Annotated[int, typer.Option(min=1, help="--agent: SFT warm-start steps")] = 40,
+    sft_steps: Annotated[int, typer.Option(min=1, help="--agent: SFT warm-start steps")] = 16,
     probe_tasks: Annotated[
         int, typer.Option(min=1, help="--agent: training tasks the curriculum probes")
     ] = 32,
@@ -319,8 +321,8 @@ def demo(
             grpo_steps=steps or AgentPlan.grpo_steps,
             generations=generations or 4,
             prompts_per_step=prompts_per_step,
-            eval_tasks=eval_tasks,
-            max_completion=max_completion or 96,
+            eval_tasks=eval_tasks or AgentPlan.eval_tasks,
+            max_completion=max_completion or AgentPlan.max_completion,
             eval_temperature=eval_temperature,
             compare_uniform=compare_uniform,
             grpo_lr=lr or AgentPlan.grpo_lr,
@@ -349,7 +351,7 @@ def demo(
             peft_config, rate = None, lr or 1e-3
         else:
             policy, tokenizer, dataset, specs, label = _smollm2_setup(
-                gym_url, env, train_tasks, eval_tasks, placement
+                gym_url, env, train_tasks, eval_tasks or 100, placement
             )
             peft_config = lora_config()
             rate = lr or 5e-4

@@ -41,7 +41,9 @@ def test_wilson_interval_stays_in_the_unit_range_and_matches_known_values() -> N
 
 def test_the_agent_demo_refuses_an_outside_gym(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    result = run_demo("--agent", "--gym", "http://127.0.0.1:9", "--output", str(tmp_path), "--tracker", "none")
+    result = run_demo(
+        "--agent", "--gym", "http://127.0.0.1:9", "--output", str(tmp_path), "--tracker", "none"
+    )
     assert result.exit_code == 2
     assert "starts its own gym" in result.output
     assert not (tmp_path / "demo.json").exists()
@@ -78,7 +80,16 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
         await store.start()
         try:
             found: dict[str, set[str]] = {}
-            for suffix in ("demos", "base", "sft", "probe", "grpo-curriculum", "grpo-uniform"):
+            suffixes = (
+                "demos",
+                "base",
+                "sft",
+                "probe",
+                "grpo-curriculum",
+                "grpo-uniform",
+                "eval-grpo-uniform",
+            )
+            for suffix in suffixes:
                 trajectories = await store.list(run=f"{record['run']}-{suffix}", limit=100)
                 found[suffix] = {row.policy["model"] for row in trajectories if row.policy}
             return found
@@ -90,3 +101,4 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     labels = [found[phase] for phase in ("base", "sft", "probe")]
     assert labels == [{"agent-tiny@base"}, {"agent-tiny@sft"}, {"agent-tiny@sft-probe"}]
     assert found["grpo-curriculum"] and found["grpo-uniform"]  # the training episodes are stored too
+    assert found["eval-grpo-uniform"] == {"agent-tiny@grpo-uniform"}
