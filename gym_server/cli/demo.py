@@ -135,6 +135,8 @@ def local_gym(url: str | None, store: Path) -> Iterator[str]:
             deadline = time.monotonic() + 60
             while True:
                 if process.poll() is not None or time.monotonic() > deadline:
+                    why = "exited" if process.poll() is not None else "was not ready within 60 s"
+                    console.print(f"[red]error:[/] the demo's gym server ({url}) {why}")
                     raise typer.Exit(1)
                 with contextlib.suppress(httpx.TransportError):
                     if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
