@@ -67,7 +67,9 @@ class AgentPlan:
     prompts_per_step: int = 2
     grpo_lr: float = 5e-4
     eval_tasks: int = 50
-    max_completion: int = 80
+    # model and tool tokens of a whole episode: a right one is about 90 with SmolLM2's tokenizer (two calls
+    # of about 32 tokens, the tool's reply about 20); 80 cut every one of them after the lookup
+    max_completion: int = 128
     eval_temperature: float = 1.0
     compare_uniform: bool = True
 
@@ -249,9 +251,11 @@ def run_agent_demo(
             policy_now: Any, phase: str, label: str, tasks: list[Any] | None = None
         ) -> dict[str, Any]:
             console.print(f"evaluating {label} ({phase})…")
-            return evaluate_held_out(
+            summary = evaluate_held_out(
                 policy_now, tokenizer, gym_url, tasks or specs, options, phase=phase, label=label
             )
+            console.print(f"{label}: success {summary['success_rate']} over {summary['episodes']} episodes")
+            return summary
 
         mark = time.monotonic()
         evals = {"base": evaluate(policy, "base", f"agent-{model}@base")}
@@ -278,6 +282,7 @@ def run_agent_demo(
 
         lora = model == "smollm2"  # the tiny model is trained whole
         warm = _sft(policy, tokenizer, sft_file, output / "sft", placement, plan, lora=lora)
+        warm.save_pretrained(str(output / "sft-model"))  # the warm start, for GRPO runs of one's own
         mark = lap("SFT", mark)
         evals["sft"] = evaluate(warm, "sft", f"agent-{model}@sft")
         mark = lap("evaluate SFT", mark)
