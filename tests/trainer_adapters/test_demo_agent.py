@@ -71,6 +71,7 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     assert {json.loads(row["policy"])["model"] for row in rows} == {"reference"}
     calls = [m["tool_calls"][0]["function"]["name"] for m in rows[0]["messages"] if m.get("tool_calls")]
     assert calls == ["lookup", "dial"]
+    assert (tmp_path / "sft-model" / "config.json").is_file()  # the warm start is kept
     # the curriculum read the probe's pass rates; the comparison run sampled uniformly
     assert record["curriculum_rule"] == {"curriculum": "difficulty", "uniform": "uniform"}
     assert set(record["train_reward_per_step"]) == {"curriculum", "uniform"}
