@@ -63,7 +63,10 @@ async def test_dialling_without_the_right_extension_scores_zero_and_unknown_name
     env = PhonebookEnv(task, 0)
     await env.reset()
     outcome = await env.step(
-        {"role": "assistant", "tool_calls": [{"function": {"name": "lookup", "arguments": '{"name": "Nobody"}'}}]}
+        {
+            "role": "assistant",
+            "tool_calls": [{"function": {"name": "lookup", "arguments": '{"name": "Nobody"}'}}],
+        }
     )
     assert "no one named 'Nobody'" in outcome.messages[0]["content"] and not outcome.done
     wrong = env.directory[env.person] + 1
@@ -71,7 +74,9 @@ async def test_dialling_without_the_right_extension_scores_zero_and_unknown_name
     outcome = await env.step({"role": "assistant", "tool_calls": [call]})
     assert outcome.done
     result = await env.verify()
-    assert result.reward == 0.0 and result.components["looked_up"] == 0.0 and result.components["dialled"] == 1.0
+    assert (
+        result.reward == 0.0 and result.components["looked_up"] == 0.0 and result.components["dialled"] == 1.0
+    )
 
 
 def test_the_splits_hold_distinct_people_and_valid_answers() -> None:
