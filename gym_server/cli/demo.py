@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from gym_server.trainer_adapters.devices import Placement
     from gym_server.trainer_adapters.tracking import Tracker
 
-__all__ = ["demo", "grpo_args", "local_gym", "lora_config"]
+__all__ = ["demo", "evaluate_held_out", "grpo_args", "local_gym", "lora_config"]
 
 console = Console(stderr=True)
 
@@ -135,6 +135,8 @@ def local_gym(url: str | None, store: Path) -> Iterator[str]:
             deadline = time.monotonic() + 60
             while True:
                 if process.poll() is not None or time.monotonic() > deadline:
+                    why = "exited" if process.poll() is not None else "was not ready within 60 s"
+                    console.print(f"[red]error:[/] the demo's gym server ({url}) {why}")
                     raise typer.Exit(1)
                 with contextlib.suppress(httpx.TransportError):
                     if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
@@ -146,7 +148,7 @@ def local_gym(url: str | None, store: Path) -> Iterator[str]:
             process.wait(timeout=30)
 
 
-def _evaluate(
+def evaluate_held_out(
     model: Any,
     tokenizer: Any,
     gym_url: str,
@@ -154,10 +156,10 @@ def _evaluate(
     options: dict[str, Any],
     *,
     phase: str,
-    step: int,
+    label: str,
 ) -> dict[str, Any]:
-    """Play the held-out episodes as run `<run>-<phase>` under policy label `demo-<model>@step<step>`:
-    before and after training are two runs and two policies in the store, which the inspector compares."""
+    """Play the held-out episodes as run `<run>-<phase>` under policy label `label`: before and after
+    training are two runs and two policies in the store, which the inspector compares."""
     from gym_server.cli.rollouts import confidence_interval
     from gym_server.trainer_adapters.chat import ChatRenderer
     from gym_server.trainer_adapters.client import GymClient
@@ -169,8 +171,8 @@ def _evaluate(
         sampler = LocalSampler(
             model,
             int(tokenizer.pad_token_id),
-            name=f"demo-{options['model']}@step{step}",
-            weight_version=f"step-{step}",
+            name=label,
+            weight_version=label.rpartition("@")[2] or label,
             max_batch=options["batch"],
         )
         config = DriverConfig(
@@ -235,13 +237,17 @@ def demo(
         str, typer.Option(help="tiny (what `make demo` installs for) or smollm2 (LoRA; make demo-smollm2)")
     ] = "tiny",
     env: Annotated[str, typer.Option(help="environment for smollm2")] = "reasoning_gym/chain_sum",
-    steps: Annotated[int, typer.Option(min=1, help="GRPO steps")] = 30,
+    steps: Annotated[
+        int | None, typer.Option(min=1, help="GRPO steps (default: 30; --agent 8 a run)")
+    ] = None,
     generations: Annotated[
         int | None, typer.Option(min=2, help="GRPO group size (default: 4 tiny, 8 smollm2)")
     ] = None,
     prompts_per_step: Annotated[int, typer.Option(min=1)] = 2,
     train_tasks: Annotated[int, typer.Option(min=1)] = 64,
-    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out tasks (smollm2)")] = 100,
+    eval_tasks: Annotated[
+        int | None, typer.Option(min=1, help="held-out tasks (default: smollm2 100, --agent 50)")
+    ] = None,
     max_completion: Annotated[
         int | None, typer.Option(min=8, help="model + environment tokens (default: 192 tiny, 64 smollm2)")
     ] = None,
@@ -269,6 +275,21 @@ def demo(
     ] = None,
     device: DeviceOption = "auto",
     dtype: DtypeOption = "auto",
+    agent: Annotated[
+        bool,
+        typer.Option(
+            "--agent",
+            help="the multi-turn proof on phonebook: demonstrations, SFT, GRPO; docs/agent-demo.md",
+        ),
+    ] = False,
+    demos: Annotated[int, typer.Option(min=1, help="--agent: reference demonstrations played")] = 200,
+    sft_steps: Annotated[int, typer.Option(min=1, help="--agent: SFT warm-start steps")] = 16,
+    probe_tasks: Annotated[
+        int, typer.Option(min=1, help="--agent: training tasks the curriculum probes")
+    ] = 32,
+    compare_uniform: Annotated[
+        bool, typer.Option(help="--agent: a second GRPO run with uniform task sampling, for comparison")
+    ] = True,
 ) -> None:
     """Train a small model with GRPO against the gym (CPU or GPU); print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -277,7 +298,7 @@ def demo(
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")
-    _preflight(model, env, tracker)
+    _preflight(model, "phonebook" if agent else env, tracker)
     with needs_extras("gym-server demo (make demo installs what it needs)"):
         import torch
 
@@ -292,6 +313,26 @@ def demo(
     console.print(f"device: {placement.describe()}")
     tiny = model == "tiny"
     torch.set_num_threads(threads or (1 if tiny else max(1, os.cpu_count() or 1)))
+    if agent:
+        from gym_server.cli.demo_agent import AgentPlan, run_agent_demo
+
+        plan = AgentPlan(
+            demos=demos,
+            sft_steps=sft_steps,
+            probe_tasks=probe_tasks,
+            grpo_steps=steps or AgentPlan.grpo_steps,
+            generations=generations or 4,
+            prompts_per_step=prompts_per_step,
+            eval_tasks=eval_tasks or AgentPlan.eval_tasks,
+            max_completion=max_completion or AgentPlan.max_completion,
+            eval_temperature=eval_temperature,
+            compare_uniform=compare_uniform,
+            grpo_lr=lr or AgentPlan.grpo_lr,
+        )
+        out = output if output != Path("var/demo") else Path("var/demo-agent")
+        run_agent_demo(model, plan, out, placement, seed, gym)
+        return
+    steps = steps or 30
     generations = generations or (4 if tiny else 8)
     max_completion = max_completion or (192 if tiny else 64)
     shaped = _parse_shaping(["extracted=0.5"] if shaping is None and not tiny else shaping or [])
@@ -312,12 +353,14 @@ def demo(
             peft_config, rate = None, lr or 1e-3
         else:
             policy, tokenizer, dataset, specs, label = _smollm2_setup(
-                gym_url, env, train_tasks, eval_tasks, placement
+                gym_url, env, train_tasks, eval_tasks or 100, placement
             )
             peft_config = lora_config()
             rate = lr or 5e-4
         console.print(f"evaluating before training on {len(specs)} held-out episodes…")
-        before = _evaluate(policy, tokenizer, gym_url, specs, options, phase="before", step=0)
+        before = evaluate_held_out(
+            policy, tokenizer, gym_url, specs, options, phase="before", label=f"demo-{model}@step0"
+        )
         _check_shaping_components(shaped, before["components"], label)
         tracking = _open_tracker(tracker, tracking_dir or output / "tracking", run, options, label)
         tracking.log(before["metrics"], 0)
@@ -348,7 +391,15 @@ def demo(
         trainer.train()
         train_s = time.monotonic() - trained_at
         console.print("evaluating after training…")
-        after = _evaluate(trainer.model, tokenizer, gym_url, specs, options, phase="after", step=steps)
+        after = evaluate_held_out(
+            trainer.model,
+            tokenizer,
+            gym_url,
+            specs,
+            options,
+            phase="after",
+            label=f"demo-{model}@step{steps}",
+        )
         # The whole tiny model, or only SmolLM2's LoRA adapter (PEFT saves the adapter), with the
         # tokenizer: `load_policy(OUTPUT/model)` reloads the tiny one; the adapter loads onto SmolLM2.
         trainer.save_model(str(output / "model"))

@@ -1,0 +1,369 @@
+"""`gym-server demo --agent`: a model learns a multi-turn tool environment through the gym, start to finish.
+
+The pipeline is the one the project recommends for agents (SFT warm start, then GRPO with verifiable
+rewards, then evaluation), and every stage goes through the gym's own parts:
+
+1. **Demonstrations**: the environment's `reference_solution()` of each training task (`phonebook`:
+   `lookup`, then `dial` the extension it returned) is played through a served gym as a session of policy
+   `reference`, run `<run>-demos`, verified and stored like any episode.
+2. **Export**: `export_training_set(..., "sft")` (what `gym-server export --kind sft` writes) turns the
+   stored demonstrations into TRL's conversational SFT set, `sft.jsonl`.
+3. **SFT warm start**: TRL's `SFTTrainer` on that file (a LoRA adapter for SmolLM2, merged afterwards;
+   the whole tiny model).
+4. **Curriculum**: the warm-started policy plays a probe of training tasks (run `<run>-probe`); the gym's
+   curriculum (`difficulty` rule over that run's pass rates, docs/curriculum.md) weights the GRPO tasks.
+5. **GRPO** through the token-exact `GymRolloutFunc` (a fresh LoRA adapter on the merged SFT model), once
+   with the curriculum's tasks and, with `--compare-uniform` (default), once more from the same warm start
+   with tasks drawn uniformly, so the two sampling rules are measured against each other.
+6. **Held-out evaluation** on the validation split (people no training task names) before anything,
+   after SFT and after each GRPO run: runs `<run>-base`, `-sft`, `-eval-grpo-curriculum`,
+   `-eval-grpo-uniform`, each under its own policy label, with Wilson 95 % intervals on the success rate.
+
+It leaves under `--output` (default `var/demo-agent/`): `demo.json`, `reward_curve.png`, `sft.jsonl` and
+the gym's store `gym.db` (the inspector compares the runs: docs/agent-demo.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gym_server.cli.demo import evaluate_held_out, grpo_args, local_gym, lora_config
+
+if TYPE_CHECKING:
+    from gym_server.trainer_adapters.devices import Placement
+
+__all__ = ["AgentPlan", "play_reference_demonstrations", "run_agent_demo", "wilson_interval"]
+
+console = Console(stderr=True)
+
+AGENT_ENV = "phonebook"
+REFERENCE_POLICY = "reference"
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """The sizes of each stage (the defaults are the README's 2-core run, docs/agent-demo.md)."""
+
+    demos: int = 200
+    sft_steps: int = 16
+    sft_batch: int = 4
+    sft_lr: float = 1e-3
+    probe_tasks: int = 16
+    grpo_steps: int = 3
+    generations: int = 4
+    prompts_per_step: int = 2
+    grpo_lr: float = 5e-4
+    eval_tasks: int = 50
+    # model and tool tokens of a whole episode: a right one is about 90 with SmolLM2's tokenizer (two calls
+    # of about 32 tokens, the tool's reply about 20); 80 cut every one of them after the lookup
+    max_completion: int = 128
+    eval_temperature: float = 1.0
+    compare_uniform: bool = True
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a success rate: unlike the normal one, it stays inside [0, 1] and is
+    not empty at 0 or n successes, where a demo's before and after often sit."""
+    if n == 0:
+        return 0.0, 1.0
+    rate = successes / n
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def play_reference_demonstrations(gym_url: str, env: str, count: int, run: str, seed: int) -> int:
+    """Play the reference solution of the first `count` training tasks through the gym (policy
+    `reference`, run `run`), so they are stored, verified episodes like any other; returns how many
+    scored 1. The solution is built from a local instance of the environment with the same task and
+    seed, which holds the same hidden state as the served one (environments are deterministic)."""
+    from gym_server.sdk.registry import Registry
+    from gym_server.trainer_adapters.client import SyncGymClient
+
+    entry = Registry.discover().get(env)
+    solved = 0
+    with SyncGymClient(gym_url) as gym:
+        for task in entry.dataset.tasks("train")[:count]:  # with their answers, which the API hides
+            local = entry.cls(task, seed)
+            asyncio.run(local.reset())
+            solution = local.reference_solution() or []
+            session = gym.create_session(
+                env, task_id=task.id, seed=seed, run=run, policy={"model": REFERENCE_POLICY}
+            )
+            for message in solution:
+                if gym.step(session.session_id, message).done:
+                    break
+            solved += int(gym.verify(session.session_id).reward >= 1.0)
+            gym.close(session.session_id)
+    return solved
+
+
+def _sft(
+    policy: Any,
+    tokenizer: Any,
+    data: Path,
+    output: Path,
+    placement: Placement,
+    plan: AgentPlan,
+    *,
+    lora: bool,
+) -> Any:
+    """The SFT warm start on the exported demonstrations; returns a plain model (a LoRA adapter is merged
+    into SmolLM2's weights, so GRPO's own adapter starts from the warm start)."""
+    datasets: Any = importlib.import_module("datasets")
+    trl: Any = importlib.import_module("trl")
+    dataset = datasets.load_dataset("json", data_files=str(data), split="train")
+    args = trl.SFTConfig(
+        output_dir=str(output),
+        use_cpu=not placement.is_cuda,
+        bf16=placement.bf16,
+        per_device_train_batch_size=plan.sft_batch,
+        max_steps=plan.sft_steps,
+        learning_rate=plan.sft_lr,
+        max_length=1024,
+        logging_steps=5,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = trl.SFTTrainer(
+        model=policy,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config() if lora else None,
+    )
+    trainer.train()
+    trained = trainer.model
+    return trained.merge_and_unload() if lora else trained
+
+
+def _grpo(
+    policy: Any,
+    tokenizer: Any,
+    dataset: Any,
+    gym_url: str,
+    run: str,
+    output: Path,
+    placement: Placement,
+    plan: AgentPlan,
+    seed: int,
+    *,
+    lora: bool,
+) -> tuple[Any, list[float | None]]:
+    """GRPO through the gym's token-exact rollout path; returns the trained model and its per-step
+    training reward."""
+    trl: Any = importlib.import_module("trl")
+    from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward
+
+    rollout = GymRolloutFunc(gym_url, max_turns=4, run=run, seed=seed)
+    args = grpo_args(
+        output,
+        placement,
+        reward_weights=[1.0],
+        generations=plan.generations,
+        prompts_per_step=plan.prompts_per_step,
+        max_completion=plan.max_completion,
+        lr=plan.grpo_lr,
+        steps=plan.grpo_steps,
+        seed=seed,
+    )
+    trainer = trl.GRPOTrainer(
+        model=policy,
+        reward_funcs=[gym_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=rollout,
+        peft_config=lora_config() if lora else None,
+    )
+    try:
+        trainer.train()
+    finally:
+        rollout.close()
+    return trainer.model, [h["mean_reward"] for h in rollout.history]
+
+
+def run_agent_demo(
+    model: str, plan: AgentPlan, output: Path, placement: Placement, seed: int, gym: str | None
+) -> dict[str, Any]:
+    """The whole pipeline (module docstring); prints the table and returns the record it writes."""
+    from gym_server.store.repository import TrajectoryFilter
+    from gym_server.store.training_sets import NothingToExport, export_training_set
+    from gym_server.trainer_adapters.driver import EpisodeSpec
+    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer, load_smollm2
+    from gym_server.trainer_adapters.plots import reward_curve_png
+    from gym_server.trainer_adapters.trl import load_curriculum_dataset
+
+    if gym is not None:  # the export reads the store, which only a gym started here has at hand
+        console.print("[red]error:[/] gym-server demo --agent starts its own gym; drop --gym")
+        raise typer.Exit(2)
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    output.mkdir(parents=True, exist_ok=True)
+    store = output / "gym.db"
+    store.unlink(missing_ok=True)  # a store of an earlier run would feed its episodes to the export
+    run = f"demo-agent-{model}-{int(time.time())}"
+    options = {
+        "max_completion": plan.max_completion,
+        "max_turns": 4,
+        "eval_temperature": plan.eval_temperature,
+        "run": run,
+        "model": f"agent-{model}",
+        # every held-out episode in one sampling batch: on a CPU a decoding step costs about the same for
+        # 16 sequences as for 64 (it reads the weights once), so one batch of 64 is the cheapest
+        "batch": 64,
+    }
+
+    def lap(name: str, since: float) -> float:
+        now = time.monotonic()
+        timings[name] = round(now - since, 1)
+        console.print(f"[dim]{name}: {timings[name]:.0f} s[/]")
+        return now
+
+    with local_gym(None, store) as gym_url:
+        if model == "tiny":
+            tokenizer = build_tiny_tokenizer()
+            policy = placement.place(build_tiny_model(tokenizer, seed=seed))
+        else:
+            policy, tokenizer = load_smollm2(placement)
+        from gym_server.trainer_adapters.client import SyncGymClient
+
+        with SyncGymClient(gym_url) as client:
+            held_out = client.all_tasks(AGENT_ENV, split="validation")[: plan.eval_tasks]
+            probe = client.all_tasks(AGENT_ENV, split="train")[: plan.probe_tasks]
+        specs = [EpisodeSpec(AGENT_ENV, t["id"], None, 0, k) for k, t in enumerate(held_out)]
+
+        def evaluate(
+            policy_now: Any, phase: str, label: str, tasks: list[Any] | None = None
+        ) -> dict[str, Any]:
+            console.print(f"evaluating {label} ({phase})…")
+            summary = evaluate_held_out(
+                policy_now, tokenizer, gym_url, tasks or specs, options, phase=phase, label=label
+            )
+            console.print(f"{label}: success {summary['success_rate']} over {summary['episodes']} episodes")
+            return summary
+
+        mark = time.monotonic()
+        evals = {"base": evaluate(policy, "base", f"agent-{model}@base")}
+        mark = lap("evaluate base", mark)
+
+        solved = play_reference_demonstrations(gym_url, AGENT_ENV, plan.demos, f"{run}-demos", seed)
+        sft_file = output / "sft.jsonl"
+        try:
+            rows = export_training_set(
+                f"sqlite:///{store.resolve()}",
+                sft_file,
+                "sft",
+                "jsonl",
+                min_reward=1.0,
+                where=TrajectoryFilter(run=f"{run}-demos"),
+            )
+        except NothingToExport as exc:
+            console.print(f"[red]error:[/] no demonstration to train on: {exc}")
+            raise typer.Exit(1) from exc
+        console.print(
+            f"demonstrations: {solved} of {plan.demos} reference episodes scored 1; {rows} SFT rows"
+        )
+        mark = lap("demonstrations and export", mark)
+
+        lora = model == "smollm2"  # the tiny model is trained whole
+        warm = _sft(policy, tokenizer, sft_file, output / "sft", placement, plan, lora=lora)
+        warm.save_pretrained(str(output / "sft-model"))  # the warm start, for GRPO runs of one's own
+        mark = lap("SFT", mark)
+        evals["sft"] = evaluate(warm, "sft", f"agent-{model}@sft")
+        mark = lap("evaluate SFT", mark)
+
+        probe_label = f"agent-{model}@sft-probe"
+        probe_specs = [EpisodeSpec(AGENT_ENV, t["id"], None, 1, k) for k, t in enumerate(probe)]
+        evaluate(warm, "probe", probe_label, probe_specs)
+        size = plan.grpo_steps * plan.prompts_per_step
+        choice = {"rule": "difficulty", "policy": probe_label, "run": f"{run}-probe"}
+        samplings = {"curriculum": choice, **({"uniform": None} if plan.compare_uniform else {})}
+        curves: dict[str, list[float | None]] = {}
+        rules: dict[str, str] = {}
+        mark = lap("probe", mark)
+        for name, task_choice in samplings.items():
+            dataset = load_curriculum_dataset(gym_url, [AGENT_ENV], size, task_choice=task_choice, seed=seed)
+            rules[name] = str(dataset[0]["curriculum_rule"])
+            trained, curves[name] = _grpo(
+                copy.deepcopy(warm),
+                tokenizer,
+                dataset,
+                gym_url,
+                f"{run}-grpo-{name}",
+                output / name,
+                placement,
+                plan,
+                seed,
+                lora=lora,
+            )
+            mark = lap(f"GRPO ({name})", mark)
+            evals[f"grpo-{name}"] = evaluate(trained, f"eval-grpo-{name}", f"agent-{model}@grpo-{name}")
+            mark = lap(f"evaluate GRPO ({name})", mark)
+
+    for summary in evals.values():
+        successes = round((summary["success_rate"] or 0.0) * summary["scored"])
+        summary["successes"] = successes
+        summary["wilson95"] = wilson_interval(successes, summary["episodes"])
+    reward_curve_png(
+        output / "reward_curve.png",
+        {f"GRPO training reward ({name} tasks)": curve for name, curve in curves.items()},
+        title=f"{model} on {AGENT_ENV}: SFT warm start, then GRPO",
+        held_out={phase: summary["success_rate"] for phase, summary in evals.items()},
+    )
+    wall = round(time.monotonic() - started, 1)
+    record = {
+        "model": model,
+        "env": AGENT_ENV,
+        "device": placement.describe(),
+        "plan": asdict(plan),
+        "run": run,
+        "sft_rows": rows,
+        "evaluations": evals,
+        "train_reward_per_step": curves,
+        "curriculum_rule": rules,
+        "timings_s": timings,
+        "wall_seconds": wall,
+        "load_average": os.getloadavg(),
+        "store": f"sqlite:///{store.resolve()}",
+    }
+    (output / "demo.json").write_text(json.dumps(record, indent=2))
+    _report(model, evals, wall)
+    console.print(f"reward curve: {output / 'reward_curve.png'}; record: {output / 'demo.json'}")
+    return record
+
+
+def _report(model: str, evals: dict[str, dict[str, Any]], wall: float) -> None:
+    table = Table(
+        "policy",
+        "held-out success",
+        "95% interval (Wilson)",
+        "episodes",
+        "parse errors",
+        title=f"{model} on {AGENT_ENV} (validation)",
+    )
+    for phase, summary in evals.items():
+        low, high = summary["wilson95"]
+        table.add_row(
+            phase,
+            f"{summary['successes']}/{summary['episodes']} = {summary['success_rate'] or 0.0:.2f}",
+            f"{low:.2f}–{high:.2f}",
+            str(summary["episodes"]),
+            str(summary["parse_errors"]),
+        )
+    Console().print(table)
+    console.print(f"wall time {wall:.0f} s, load average {os.getloadavg()[0]:.2f}")

@@ -1,0 +1,1 @@
+"""The phonebook environment: look a person's extension up, then dial it (the multi-turn learning proof)."""
