@@ -61,4 +61,4 @@ def _opening(gym_url: str, env: str) -> tuple[list[dict[str, Any]], list[dict[st
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(args[0], Path(args[1]), *(int(arg) for arg in args[2:3]), tuple(args[3:]))
+    main(args[0], Path(args[1]), int(args[2]) if len(args) > 2 else 100, tuple(args[3:]))
