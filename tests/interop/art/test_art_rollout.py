@@ -224,8 +224,13 @@ def one_group(gym: Gym, policy: Policy) -> art.TrajectoryGroup:
 
 def test_ruler_scores_gym_trajectories_with_a_judge(gym: Gym, policy: Policy) -> None:
     """ART's `ruler_score_group` on the adapter's trajectories: the judge sees the episodes (the gym's
-    tool replies in them), its scores become the rewards, the gym's reward stays as `independent_reward`."""
-    group = one_group(gym, policy)
+    tool replies in them), its scores become the rewards, the gym's reward stays as `independent_reward`.
+    Groups are gathered until one holds a tool reply (at most 4): the tiny policy, sampling at temperature
+    1, writes a malformed call now and then, and a group without a reply checks nothing of them."""
+    for _ in range(4):
+        group = one_group(gym, policy)
+        if any(m["role"] == "tool" for t in group for m in t.messages()):
+            break
     with scripted_judge([0.25, 0.75]) as (url, seen):
         judged = asyncio.run(ruler_score_group(group, "openai/judge", {"api_base": url, "api_key": "local"}))
     assert judged is not None
