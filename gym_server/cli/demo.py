@@ -238,7 +238,7 @@ def demo(
     ] = "tiny",
     env: Annotated[str, typer.Option(help="environment for smollm2")] = "reasoning_gym/chain_sum",
     steps: Annotated[
-        int | None, typer.Option(min=1, help="GRPO steps (default: 30; --agent 8 a run)")
+        int | None, typer.Option(min=1, help="GRPO steps (default: 30; --agent 2 a run)")
     ] = None,
     generations: Annotated[
         int | None, typer.Option(min=2, help="GRPO group size (default: 4 tiny, 8 smollm2)")
@@ -283,10 +283,10 @@ def demo(
         ),
     ] = False,
     demos: Annotated[int, typer.Option(min=1, help="--agent: reference demonstrations played")] = 200,
-    sft_steps: Annotated[int, typer.Option(min=1, help="--agent: SFT warm-start steps")] = 16,
+    sft_steps: Annotated[int, typer.Option(min=1, help="--agent: SFT warm-start steps")] = 12,
     probe_tasks: Annotated[
         int, typer.Option(min=1, help="--agent: training tasks the curriculum probes")
-    ] = 32,
+    ] = 8,
     compare_uniform: Annotated[
         bool, typer.Option(help="--agent: a second GRPO run with uniform task sampling, for comparison")
     ] = True,

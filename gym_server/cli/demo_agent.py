@@ -58,11 +58,11 @@ class AgentPlan:
     """The sizes of each stage (the defaults are the README's 2-core run, docs/agent-demo.md)."""
 
     demos: int = 200
-    sft_steps: int = 16
+    sft_steps: int = 12
     sft_batch: int = 4
     sft_lr: float = 1e-3
-    probe_tasks: int = 16
-    grpo_steps: int = 3
+    probe_tasks: int = 8
+    grpo_steps: int = 2
     generations: int = 4
     prompts_per_step: int = 2
     grpo_lr: float = 5e-4
