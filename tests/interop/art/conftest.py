@@ -1,6 +1,7 @@
 """Fixtures for the ART peer (openpipe-art 0.5.23, Python 3.12): real `gym-server serve` processes
 (tests/interop/gym_servers.py) and the gym's CPU policy server (`gym-server policy serve`, OpenAI-
-compatible) serving the tiny model warmed up on counter tool calls, so that ART's model client plays
+compatible) serving the tiny model warmed up on counter tool calls (the agent peers' cached warm-up,
+tests/interop/agent_gyms.py), so that ART's model client plays
 two-turn episodes (`add`, then `submit`). The warm-up and the policy server run from the project's
 python (`GYM_INTEROP_PYTHON`, with the gym's `trl` extra); ART runs here, without torch.
 """
@@ -23,11 +24,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent_gyms import warmed_policy
 from gym_servers import Gym, free_port, gym, gym_with
 
 __all__ = ["Gym", "Policy", "free_port", "gym", "gym_with", "policy"]
 
-HERE = Path(__file__).resolve().parent
 SERVED_NAME = "tiny-counter"
 
 
@@ -48,14 +49,13 @@ class Policy:
 @pytest.fixture(scope="session")
 def policy(gym: Gym, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Policy]:
     python = os.environ["GYM_INTEROP_PYTHON"]
-    folder = tmp_path_factory.mktemp("tiny-counter")
+    scratch = tmp_path_factory.mktemp("tiny-counter")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    warm = subprocess.run(
-        [python, str(HERE / "warm_policy.py"), gym.url, str(folder)], capture_output=True, text=True, env=env
-    )
-    assert warm.returncode == 0, warm.stderr[-4000:]
+    # The agent peers' cached warm-up (300 steps): the recipe's 100 left most sampled calls malformed on a
+    # fresh machine (2026-11-28: no two-turn episode in a group, no tool reply for RULER to see).
+    folder = warmed_policy(gym, python, env, scratch)
     port = free_port()
-    log = folder / "policy.log"
+    log = scratch / "policy.log"
     args = ["policy", "serve", "--model", str(folder), "--served-model-name", SERVED_NAME]
     process = subprocess.Popen(
         [python, "-m", "gym_server.cli.main", *args, "--threads", "1", "--port", str(port)],
