@@ -30,9 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -189,6 +190,36 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def serve_both(
+    args: argparse.Namespace,
+    prefix: str,
+    pinned: bool,
+    work: Callable[[list[Side]], Coroutine[Any, Any, None]],
+) -> tuple[Side, Side] | int:
+    """`args.against` checked out beside the working tree, both servers started (on the server core when
+    `pinned`), `work` run on the two sides, the servers stopped: the sides, or the exit status to return
+    (130 interrupted, 1 a server that failed). `sessions_phases.py` measures through it too."""
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
+        checked_out(args.against, Path(tmp)) as tree,
+    ):
+        base, head = _side(args.against, tree, Path(tmp), args), _side(HEAD, REPO, Path(tmp), args)
+        try:
+            for side in (base, head):
+                side.server.start(SERVER_CORE if pinned else None)
+            run(lambda: work([base, head]))
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted; stopping the servers[/]")
+            return 130
+        except RuntimeError as exc:
+            console.print(f"[red]{exc}[/]")
+            return 1
+        finally:
+            for side in (base, head):
+                side.server.stop()
+    return base, head
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill` stops the servers and removes the worktree
@@ -202,24 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         f"base {args.against} = {commit}; {placement}"
     )
     loads: dict[int, list[str]] = {}
-    with (
-        tempfile.TemporaryDirectory(prefix="gym-against-") as tmp,
-        checked_out(args.against, Path(tmp)) as tree,
-    ):
-        base, head = _side(args.against, tree, Path(tmp), args), _side(HEAD, REPO, Path(tmp), args)
-        try:
-            for side in (base, head):
-                side.server.start(SERVER_CORE if pinned else None)
-            run(lambda: interleave([base, head], args, loads))
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted; stopping the servers[/]")
-            return 130
-        except RuntimeError as exc:
-            console.print(f"[red]{exc}[/]")
-            return 1
-        finally:
-            for side in (base, head):
-                side.server.stop()
+    sides = serve_both(args, "gym-against-", pinned, lambda both: interleave(both, args, loads))
+    if isinstance(sides, int):
+        return sides
+    base, head = sides
     print_table(base, head, args, loads)
     console.print(f"load average at the end: {' / '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0

@@ -23,19 +23,18 @@ import argparse
 import signal
 import statistics
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _loadgen import HttpConnection, Response, run
+from _loadgen import HttpConnection, Response
 from _sessions_report import console
-from _sessions_system import HOST, LOADGEN_CORE, REPO, SERVER_CORE, machine_description, pin
+from _sessions_system import HOST, LOADGEN_CORE, machine_description, pin
 from _sessions_workload import COUNTER_TASKS, STEP_BODY, wait_ready
 from rich.table import Table
-from sessions_against import HEAD, Side, _git, _side, checked_out
+from sessions_against import HEAD, Side, _git, _load1, _raise_interrupt, serve_both
 
 PHASES = ("create", "step", "verify", "close")
 
@@ -129,10 +128,6 @@ async def measure(sides: list[Side], args: argparse.Namespace, rounds: dict[str,
             console.print(f"round {number + 1}, {side.label}: done, load {_load1()}")
 
 
-def _load1() -> str:
-    return Path("/proc/loadavg").read_text().split()[0]
-
-
 def _us(cpus: list[PhaseCpu], part: str) -> float:
     """Median over rounds of CPU µs per request (`loop`, `others` or `all`)."""
 
@@ -188,10 +183,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -203,24 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{_git('rev-parse', '--short', f'{args.against}^{{commit}}')}"
     )
     rounds: dict[str, Rounds] = {}
-    with (
-        tempfile.TemporaryDirectory(prefix="gym-phases-") as tmp,
-        checked_out(args.against, Path(tmp)) as tree,
-    ):
-        base, head = _side(args.against, tree, Path(tmp), args), _side(HEAD, REPO, Path(tmp), args)
-        try:
-            for side in (base, head):
-                side.server.start(SERVER_CORE if pinned else None)
-            run(lambda: measure([base, head], args, rounds))
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted; stopping the servers[/]")
-            return 130
-        except RuntimeError as exc:
-            console.print(f"[red]{exc}[/]")
-            return 1
-        finally:
-            for side in (base, head):
-                side.server.stop()
+    sides = serve_both(args, "gym-phases-", pinned, lambda both: measure(both, args, rounds))
+    if isinstance(sides, int):
+        return sides
     print_table(rounds[args.against], rounds[HEAD], args)
     console.print(f"load average at the end: {' / '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
