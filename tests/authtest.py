@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from gymtest import apoll
 
 from gym_server.auth.keystore import create_key, revoke_key
 from gym_server.store.migrate import make_engine, upgrade_database
 
-# The key table's reload period in these tests: revocations must show within a few of these.
+# The key table's reload period in these tests (`reloaded_twice` waits for two reloads).
 REFRESH_S = 0.1
 
 
@@ -37,3 +40,15 @@ class KeyMaker:
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+async def reloaded_twice(app: Any) -> None:
+    """Wait for the server's key table to finish two more reloads: the second is the first sure to have
+    started after whatever the test just changed in the database (a counted wait, not a clock)."""
+    table = app.state.auth_gate.keys
+    target = table.reloads + 2
+    await apoll(lambda: _reloads(table), lambda reloads: reloads >= target)
+
+
+async def _reloads(table: Any) -> int:
+    return int(table.reloads)

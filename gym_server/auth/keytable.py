@@ -33,6 +33,13 @@ class KeyTable:
         self._refresh_s = refresh_s
         self._keys: dict[str, StoredKey] = {}
         self._task: asyncio.Task[None] | None = None
+        self._reloads = 0
+
+    @property
+    def reloads(self) -> int:
+        """Reloads completed since start: a key revoked before reload N began is refused once it is done
+        (the second reload after a revocation is the first sure to have started after it)."""
+        return self._reloads
 
     def __repr__(self) -> str:
         return f"KeyTable(active={len(self._keys)}, refresh_s={self._refresh_s:g})"
@@ -55,6 +62,7 @@ class KeyTable:
             await asyncio.sleep(self._refresh_s)
             try:
                 self._keys = await asyncio.to_thread(load_active_keys, self._engine)
+                self._reloads += 1
             except Exception as exc:
                 log.warning(
                     "API keys not reloaded, the previous copy stays in force: %s", describe_error(exc)
