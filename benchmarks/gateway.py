@@ -1,21 +1,30 @@
 """What the episode gateway costs (issue 27): its overhead per chat call, as p50 and as a share of the
 upstream's own latency, at 1 and 16 concurrent agents, and the memory a live recorded episode holds.
 
-A real `gym-server serve` (SQLite in a temporary directory) and a fast local upstream
-(`peers/chat_echo.py`: an answer with 600 prompt ids and 40 sampled ids with logprobs, at once) run as
-processes of their own. Each round, at each level, the same agents make the same calls twice, one path
-after the other so drift touches both alike: straight to the upstream, then through their episodes'
-gateway URLs (each agent its own episode). The overhead is the difference of the two paths' p50
-latencies; the gym's own accounting (`gateway_ms` in each call's record: its time beyond the upstream's)
-is reported beside it, and so are the CPU seconds per call of the gym (through the gateway), of the
-upstream and of the agents' HTTP client (both called directly), read from /proc: what a call costs
-whatever else the machine runs, where latencies on a shared machine measure its load. With 2 cores or
-more the gym runs pinned to core 0, the upstream and the agents to core 1. Memory: the gym's RSS before
-and after opening episodes that each hold recorded calls, per episode. Targets (issue 27): <= 1 ms p50
-and <= 5 % of the upstream's latency at 16 agents.
+A real `gym-server serve` (SQLite in a temporary directory) and a local upstream (`peers/chat_echo.py`:
+an answer with 600 prompt ids and 40 sampled ids with logprobs, at once or after
+`--upstream-latency-ms`) run as processes of their own. Each round, at each level, the same agents
+make the same calls twice, one path after the other: straight to the upstream and through their
+episodes' gateway URLs (each agent its own episode), the direct path first in even rounds and the
+gateway first in odd ones, so drift and order touch both alike. Each agent has its own HTTP client
+(httpx, as the OpenAI SDK), as an agent process with its own OpenAI client would, holding its
+connection to the upstream and to its gateway: one client shared by all agents made every request
+scan the pool's connections to both servers (httpcore polls each idle one), and the pool held 2
+connections during the first 16-agent direct phase but 16 more in every later phase, which made the
+direct path alone cheaper to call (docs/benchmarks.md#episode-gateway). The overhead is the difference
+of the two paths' p50 latencies, each call timed to the end of its body, whole or streamed; the gym's
+own accounting (`gateway_ms` in each call's record: its time beyond the upstream's) is reported beside
+it, and so are the CPU seconds per call of the gym (through the gateway), of the upstream and of the
+agents' HTTP clients (both called directly), read from /proc: what a call costs whatever else the
+machine runs, where latencies on a shared machine measure its load. With 2 cores or more the gym runs
+pinned to core 0, the upstream and the agents to core 1: 16 agents in a closed loop keep core 1 busy
+against an instant upstream, and a call's latency is then 16 x the CPU core 1 spends per call.
+Memory: the gym's RSS before and after opening episodes that each hold recorded calls, per episode.
+Targets (issue 27): <= 1 ms p50 and <= 5 % of the upstream's latency at 16 agents.
 
-    python benchmarks/gateway.py            # 2 rounds of 40 calls per agent
-    python benchmarks/gateway.py --quick    # 1 round of 10
+    python benchmarks/gateway.py                          # 2 rounds of 40 calls per agent
+    python benchmarks/gateway.py --upstream-latency-ms 20 # an upstream answering after 20 ms
+    python benchmarks/gateway.py --quick                  # 1 round of 10
 """
 
 from __future__ import annotations
@@ -94,10 +103,14 @@ async def wait_ready(url: str, process: ManagedProcess, timeout_s: float = 120.0
     raise SystemExit(f"{process.name} not ready after {timeout_s:g} s")
 
 
-async def agent(client: httpx.AsyncClient, url: str, calls: int, stream: bool) -> list[float]:
-    """One agent's calls, one after another; each call's latency in ms (a stream read to its end)."""
+async def agent(
+    client: httpx.AsyncClient, url: str, calls: int, stream: bool, start_s: float = 0.0
+) -> list[float]:
+    """One agent's calls, one after another, the first after `start_s`; each call's latency in ms (a
+    stream read to its end)."""
     body: dict[str, Any] = {"model": "echo", "messages": MESSAGES, "stream": stream}
     latencies = []
+    await asyncio.sleep(start_s)
     for _ in range(calls):
         started = time.perf_counter()
         response = await client.post(url, json=body)
@@ -122,20 +135,60 @@ class Pids:
     upstream: int
 
 
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One level of a round: how many agents make how many calls, streamed or not, which path first."""
+
+    agents: int
+    calls: int
+    stream: bool
+    gateway_first: bool
+    # Agent i starts its calls i/agents of this after the first: against an upstream that answers
+    # after a fixed time, agents that all start at once stay in step (all their answers come at
+    # once, and queue on the core), which independent agents are not.
+    spread_s: float = 0.0
+
+    def start_s(self, i: int) -> float:
+        return i * self.spread_s / self.agents
+
+
 async def level(
-    client: httpx.AsyncClient, gym: str, upstream: str, pids: Pids, agents: int, calls: int, stream: bool
+    client: httpx.AsyncClient,
+    agent_clients: list[httpx.AsyncClient],
+    gym: str,
+    upstream: str,
+    pids: Pids,
+    at: Level,
 ) -> Row:
-    upstream_cpu, agent_cpu = cpu_seconds(pids.upstream), time.process_time()
-    direct = await asyncio.gather(
-        *(agent(client, f"{upstream}/v1/chat/completions", calls, stream) for _ in range(agents))
-    )
-    upstream_cpu, agent_cpu = cpu_seconds(pids.upstream) - upstream_cpu, time.process_time() - agent_cpu
-    episodes = [await open_episode(client, gym, upstream) for _ in range(agents)]
-    gym_cpu = cpu_seconds(pids.gym)
-    through = await asyncio.gather(
-        *(agent(client, f"{e['gateway']['base_url']}/chat/completions", calls, stream) for e in episodes)
-    )
-    gym_cpu = cpu_seconds(pids.gym) - gym_cpu
+    """One level's two paths, in `at`'s order: `client` opens and closes the episodes, agent i calls
+    with `agent_clients[i]` on both paths."""
+    mine = agent_clients[: at.agents]
+    episodes = [await open_episode(client, gym, upstream) for _ in range(at.agents)]
+
+    async def direct() -> tuple[list[list[float]], float, float]:
+        upstream_cpu, agent_cpu = cpu_seconds(pids.upstream), time.process_time()
+        url = f"{upstream}/v1/chat/completions"
+        latencies = await asyncio.gather(
+            *(agent(c, url, at.calls, at.stream, at.start_s(i)) for i, c in enumerate(mine))
+        )
+        return latencies, cpu_seconds(pids.upstream) - upstream_cpu, time.process_time() - agent_cpu
+
+    async def through() -> tuple[list[list[float]], float]:
+        gym_cpu = cpu_seconds(pids.gym)
+        urls = [f"{e['gateway']['base_url']}/chat/completions" for e in episodes]
+        latencies = await asyncio.gather(
+            *(
+                agent(c, u, at.calls, at.stream, at.start_s(i))
+                for i, (c, u) in enumerate(zip(mine, urls, strict=True))
+            )
+        )
+        return latencies, cpu_seconds(pids.gym) - gym_cpu
+
+    if at.gateway_first:
+        (through_ms, gym_cpu), (direct_ms, upstream_cpu, agent_cpu) = await through(), await direct()
+    else:
+        (direct_ms, upstream_cpu, agent_cpu), (through_ms, gym_cpu) = await direct(), await through()
+    agents, calls = at.agents, at.calls
     recorded: list[float] = []
     for episode in episodes:
         (await client.delete(f"{gym}/v1/sessions/{episode['session_id']}")).raise_for_status()
@@ -143,9 +196,9 @@ async def level(
         recorded += [turn["gateway_ms"] for turn in record["turns"] if turn.get("source") == "gateway"]
     return Row(
         agents,
-        stream,
-        statistics.median(x for xs in direct for x in xs),
-        statistics.median(x for xs in through for x in xs),
+        at.stream,
+        statistics.median(x for xs in direct_ms for x in xs),
+        statistics.median(x for xs in through_ms for x in xs),
         statistics.median(recorded),
         gym_cpu * 1000 / (agents * calls),
         upstream_cpu * 1000 / (agents * calls),
@@ -179,14 +232,24 @@ async def memory(
 async def measure(
     args: argparse.Namespace, gym: str, upstream: str, pids: Pids
 ) -> tuple[list[Row], tuple[float, int]]:
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
-        await level(client, gym, upstream, pids, 1, 5, False)  # warm-up: connections, first imports
+    spread_s = args.upstream_latency_ms / 1000
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+        agent_clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=60)) for _ in range(16)]
+        # Warm-up: every agent's connections to both servers, first imports.
+        await level(client, agent_clients, gym, upstream, pids, Level(16, 2, False, False))
         # First, while the heap is young: later levels leave freed memory that new episodes would reuse.
         mem = await memory(client, gym, upstream, pids.gym, args.episodes, args.calls)
         rows = [
-            await level(client, gym, upstream, pids, agents, args.calls, stream)
-            for _ in range(args.rounds)
+            await level(
+                client,
+                agent_clients,
+                gym,
+                upstream,
+                pids,
+                Level(agents, args.calls, stream, r % 2 == 1, spread_s),
+            )
+            for r in range(args.rounds)
             for agents in (1, 16)
             for stream in (False, True)
         ]
@@ -197,7 +260,8 @@ def report(
     rows: list[Row], mem: tuple[float, int], machine: dict[str, str], args: argparse.Namespace, pinned: bool
 ) -> str:
     lines = [
-        f"Episode gateway overhead ({args.rounds} round(s), {args.calls} calls per agent; {machine['date']})",
+        f"Episode gateway overhead ({args.rounds} round(s), {args.calls} calls per agent; upstream answers "
+        f"after {args.upstream_latency_ms:g} ms; {machine['date']})",
         f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['ram']}; load {machine['load']}; "
         f"git {machine['git']}; "
         + ("gym pinned to core 0, upstream and agents to core 1" if pinned else "not pinned"),
@@ -234,6 +298,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40, help="calls per agent per level")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--episodes", type=int, default=32, help="live episodes for the memory reading")
+    parser.add_argument(
+        "--upstream-latency-ms",
+        type=float,
+        default=0.0,
+        help="the upstream's wait before each answer, as a model's decode (CHAT_ECHO_LATENCY_MS)",
+    )
     parser.add_argument("--quick", action="store_true", help="1 round of 10 calls, 8 episodes")
     args = parser.parse_args()
     if args.quick:
@@ -246,6 +316,7 @@ def main() -> None:
             "GYM_DATABASE_URL": f"sqlite:///{Path(tmp) / 'gym.db'}",
             "GYM_LOG_LEVEL": "warning",
             "GYM_CATALOG_WARMUP": "off",
+            "CHAT_ECHO_LATENCY_MS": str(args.upstream_latency_ms),
         }
         upstream = ManagedProcess(
             "chat echo",

@@ -4,11 +4,14 @@ with a fixed assistant message and vLLM's token fields (`prompt_token_ids`, `cho
 own answer is the gateway.
 
 Runs from the gym's venv: `python -m uvicorn --app-dir benchmarks/peers chat_echo:app --loop uvloop
---http httptools`. `PROMPT_IDS` and `COMPLETION_IDS` set the answer's size.
+--http httptools`. `CHAT_ECHO_PROMPT_IDS` and `CHAT_ECHO_COMPLETION_IDS` set the answer's size;
+`CHAT_ECHO_LATENCY_MS` (default 0) makes every answer wait that long before its first byte, whole or
+streamed alike, as a small model's decode would: a sleep, so the waiting costs this server no CPU.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 
@@ -20,6 +23,7 @@ from starlette.routing import Route
 
 PROMPT_IDS = int(os.environ.get("CHAT_ECHO_PROMPT_IDS", "600"))
 COMPLETION_IDS = int(os.environ.get("CHAT_ECHO_COMPLETION_IDS", "40"))
+LATENCY_S = float(os.environ.get("CHAT_ECHO_LATENCY_MS", "0")) / 1000
 
 _CHOICE = {
     "index": 0,
@@ -59,6 +63,8 @@ async def _events() -> AsyncIterator[bytes]:
 
 async def chat(request: Request) -> Response:
     body = orjson.loads(await request.body())
+    if LATENCY_S:
+        await asyncio.sleep(LATENCY_S)
     if body.get("stream") is True:
         return StreamingResponse(_events(), media_type="text/event-stream")
     return Response(_WHOLE, media_type="application/json")
