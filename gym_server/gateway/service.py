@@ -27,7 +27,8 @@ from gym_server.gateway.record import Completed, StreamAssembler, call_record, f
 from gym_server.gateway.samples import SampleTally
 from gym_server.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gym_server.protocols.mcp.mapping import episode_over
-from gym_server.sessions.manager import LiveSession, SessionManager
+from gym_server.sessions.live import LiveSession
+from gym_server.sessions.manager import SessionManager
 from gym_server.store.records import FailureClass
 from gym_server.trainer_adapters.samplers._http import server_root
 

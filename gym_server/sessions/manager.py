@@ -1,5 +1,8 @@
 """The session manager: owns every live episode, from creation to the trajectory it leaves behind.
 
+This module is the lifecycle (create, step, verify, close, expiry, shutdown); what a live session holds
+is in `sessions.live`, its budgets in `sessions.budgets`, the row it becomes in `sessions.trajectory`.
+
 Invariants it keeps:
 - one environment instance per session; steps (and verifies) on one session are serialized by its
   lock, while different sessions run concurrently;
@@ -23,8 +26,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gym_server.auth.context import current_tenant
@@ -44,9 +45,12 @@ from gym_server.core.settings import Settings
 from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
+from gym_server.sessions.budgets import apply_budgets, charge_bytes
 from gym_server.sessions.deadlines import run_verifier, step_with_deadline
+from gym_server.sessions.live import LiveSession, StepResult
 from gym_server.sessions.metrics import SessionMetrics
 from gym_server.sessions.task_choice import choose_and_compare
+from gym_server.sessions.trajectory import trajectory_record
 from gym_server.store.records import (
     DEFAULT_TENANT,
     INLINE_TASK_KEY,
@@ -57,12 +61,7 @@ from gym_server.store.records import (
 )
 from gym_server.store.storable import check_episode
 
-__all__ = [
-    "LiveSession",
-    "RecordSink",
-    "SessionManager",
-    "StepResult",
-]
+__all__ = ["RecordSink", "SessionManager"]
 
 log = logging.getLogger(__name__)
 
@@ -75,61 +74,6 @@ class RecordSink(Protocol):
     async def committed(self, trajectory_id: str) -> None: ...
 
     def forget(self, trajectory_id: str) -> None: ...
-
-
-@dataclass(slots=True)
-class StepResult:
-    messages: list[dict[str, Any]]
-    done: bool
-    reward: float | None
-    info: dict[str, Any]
-
-
-@dataclass(eq=False, slots=True)
-class LiveSession:
-    """One open episode and its bookkeeping."""
-
-    id: str
-    entry: EnvironmentEntry
-    env: Environment
-    ttl_s: float
-    run: str | None
-    policy: dict[str, Any] | None
-    metadata: dict[str, Any]
-    created_at: datetime
-    tools: list[dict[str, Any]]
-    max_turns: int
-    tenant: str = DEFAULT_TENANT
-    last_active: float = field(default_factory=time.monotonic)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    transcript_bytes: int = 0
-    step_ms: list[float] = field(default_factory=list)
-    turn_data: list[dict[str, Any]] = field(default_factory=list)
-    failure: str | None = None
-    verified: VerifyResult | None = None
-    verified_at_len: int = -1
-    dirty: bool = False
-    truncated: bool = False
-
-    def expires_at(self) -> datetime:
-        idle = time.monotonic() - self.last_active
-        return utcnow() + timedelta(seconds=max(0.0, self.ttl_s - idle))
-
-    def is_idle_expired(self, now: float) -> bool:
-        return now - self.last_active > self.ttl_s
-
-    def identity(self) -> dict[str, Any]:
-        """The episode's ids and bounds as the protocol facades announce them when it opens (MCP's
-        initialize `_meta`, OpenEnv's reset `metadata`, NeMo Gym's `seed_session` answer)."""
-        return {
-            "session_id": self.id,
-            "env": self.entry.name,
-            "env_version": self.entry.version,
-            "task_id": self.env.task.id,
-            "seed": self.env.seed,
-            "max_turns": self.max_turns,
-            "expires_at": self.expires_at().isoformat(),
-        }
 
 
 class SessionManager:
@@ -246,7 +190,7 @@ class SessionManager:
             self.quotas.opened(tenant, session.id)
         session.transcript_bytes = transcript_bytes
         self._live[session.id] = session
-        self.sink.record(self._record(session, TrajectoryStatus.LIVE))
+        self.sink.record(trajectory_record(session, TrajectoryStatus.LIVE, self.settings.server_name))
         self.metrics.created.labels(entry.name).inc()
         self.metrics.live.set(len(self._live))
         # The 201 promises the episode is on record: a server killed right after it still leaves the row
@@ -341,7 +285,7 @@ class SessionManager:
                 replies, info = [], {"error": f"environment error: {type(exc).__name__}"}
             if turn_data:
                 session.turn_data.append(turn_data)
-            self._apply_budgets(session, message, replies, turn_data)
+            apply_budgets(session, message, replies, turn_data, self.settings.limits.max_transcript_bytes)
             elapsed_ms = (time.perf_counter() - started) * 1000
             session.step_ms.append(round(elapsed_ms, 3))
             session.last_active = self._clock()
@@ -382,7 +326,7 @@ class SessionManager:
             session.truncated = True
             record = {**(turn_data or {}), "content": content, "truncated": True}
             session.turn_data.append(record)
-            self._charge_bytes(session, len(jsontext.dumps(record)))
+            charge_bytes(session, len(jsontext.dumps(record)), self.settings.limits.max_transcript_bytes)
             session.last_active = self._clock()
             session.dirty = True
             return len(session.turn_data), session.failure
@@ -398,7 +342,7 @@ class SessionManager:
             session.turn_data.append(record)
             if metadata:
                 session.metadata = {**session.metadata, **metadata}
-            self._charge_bytes(session, len(jsontext.dumps(record)))
+            charge_bytes(session, len(jsontext.dumps(record)), self.settings.limits.max_transcript_bytes)
             session.dirty = True
             return len(session.turn_data)
 
@@ -418,29 +362,6 @@ class SessionManager:
             result = await self._verify_locked(session)
         await self.close(session_id)
         return result
-
-    def _apply_budgets(
-        self,
-        session: LiveSession,
-        message: dict[str, Any],
-        replies: list[dict[str, Any]],
-        turn_data: dict[str, Any] | None,
-    ) -> None:
-        # Turn data is stored with the trajectory and held in memory until close, so it counts too:
-        # otherwise a client could park megabytes per step on a session outside every budget.
-        size = len(jsontext.dumps(message)) + len(jsontext.dumps(replies))
-        if turn_data:
-            size += len(jsontext.dumps(turn_data))
-        self._charge_bytes(session, size)
-        if not session.env.done and session.env.turns >= session.max_turns:
-            session.failure = FailureClass.MAX_TURNS
-            session.env.finish("max_turns")
-
-    def _charge_bytes(self, session: LiveSession, size: int) -> None:
-        session.transcript_bytes += size
-        if not session.env.done and session.transcript_bytes > self.settings.limits.max_transcript_bytes:
-            session.failure = FailureClass.MAX_TRANSCRIPT_BYTES
-            session.env.finish("max_transcript_bytes")
 
     async def verify(self, session_id: str) -> VerifyResult:
         session = self._touch(session_id)
@@ -505,7 +426,7 @@ class SessionManager:
         self._forget(session, how)
         # Recorded before the environment closes (its sandbox may take a while), so a read in between
         # finds the final record, never the last snapshot.
-        self.sink.record(self._record(session, status, finished=True))
+        self.sink.record(trajectory_record(session, status, self.settings.server_name, finished=True))
         try:
             async with asyncio.timeout(self.settings.limits.tool_timeout_s):
                 await session.env.close()
@@ -521,7 +442,9 @@ class SessionManager:
             self._live.pop(session_id)
             self._forget(session, "expired after its idle TTL")
             session.failure = session.failure or FailureClass.EXPIRED
-            self.sink.record(self._record(session, TrajectoryStatus.EXPIRED, finished=True))
+            self.sink.record(
+                trajectory_record(session, TrajectoryStatus.EXPIRED, self.settings.server_name, finished=True)
+            )
             self.metrics.closed.labels(session.entry.name, TrajectoryStatus.EXPIRED.value).inc()
             self.metrics.live.set(len(self._live))
             closing = asyncio.get_running_loop().create_task(self._close_quietly(session))
@@ -564,7 +487,7 @@ class SessionManager:
         for session in self._live.values():
             if session.dirty:
                 session.dirty = False
-                self.sink.record(self._record(session, TrajectoryStatus.LIVE))
+                self.sink.record(trajectory_record(session, TrajectoryStatus.LIVE, self.settings.server_name))
                 count += 1
         return count
 
@@ -576,40 +499,3 @@ class SessionManager:
             await self._finish(session, TrajectoryStatus.LOST, "was lost when the server stopped")
         await asyncio.gather(*self._closing, return_exceptions=True)
         return len(sessions)
-
-    # -- records -----------------------------------------------------------------------------------
-
-    def _record(
-        self, session: LiveSession, status: TrajectoryStatus, finished: bool = False
-    ) -> TrajectoryRecord:
-        env = session.env
-        verified = session.verified
-        timings: dict[str, Any] = {"step_ms": list(session.step_ms)}
-        if session.step_ms:
-            timings["total_step_ms"] = round(sum(session.step_ms), 3)
-        return TrajectoryRecord.model_construct(
-            id=session.id,
-            run=session.run,
-            env=session.entry.name,
-            env_version=session.entry.version,
-            task_id=env.task.id,
-            seed=env.seed,
-            status=status,
-            failure=session.failure or (verified.failure if verified else None),
-            done_reason=env.done_reason,
-            messages=list(env.messages),
-            tools=session.tools,
-            reward=verified.reward if verified else None,
-            components=dict(verified.components) if verified else {},
-            verify_info=dict(verified.info) if verified else {},
-            verifier_version=session.entry.verifier_version,
-            policy=session.policy,
-            turns=list(session.turn_data),
-            timings=timings,
-            metadata=session.metadata,
-            num_turns=env.turns,
-            server_name=self.settings.server_name,
-            tenant=session.tenant,
-            created_at=session.created_at,
-            finished_at=utcnow() if finished else None,
-        )

@@ -14,7 +14,7 @@ from gym_server.core.errors import (
     TaskNotFound,
 )
 from gym_server.protocols.openenv import mapping
-from gym_server.sessions.manager import StepResult
+from gym_server.sessions.live import StepResult
 
 
 def test_call_tool_list_tools_and_message_actions_parse() -> None:

@@ -38,7 +38,8 @@ from gym_server.gateway.service import Gateways
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice, choose_by_pass_rate, curriculum_for
-from gym_server.sessions.manager import LiveSession, SessionManager
+from gym_server.sessions.live import LiveSession
+from gym_server.sessions.manager import SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
 

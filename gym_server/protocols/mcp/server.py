@@ -23,7 +23,8 @@ from gym_server.core import jsontext
 from gym_server.core.errors import GymError
 from gym_server.protocols.mcp import mapping
 from gym_server.sdk.messages import Message
-from gym_server.sessions.manager import LiveSession, SessionManager
+from gym_server.sessions.live import LiveSession
+from gym_server.sessions.manager import SessionManager
 
 __all__ = ["EPISODE_URL_KEY", "SCOPE_KEY", "Binding", "Episodes", "build_server", "mcp_error"]
 

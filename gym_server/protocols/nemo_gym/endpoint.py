@@ -34,7 +34,8 @@ from gym_server.protocols.mcp.mapping import tool_reply
 from gym_server.protocols.nemo_gym import wire
 from gym_server.protocols.nemo_gym.metrics import aggregate_metrics
 from gym_server.sdk.messages import Message
-from gym_server.sessions.manager import LiveSession, SessionManager
+from gym_server.sessions.live import LiveSession
+from gym_server.sessions.manager import SessionManager
 
 __all__ = ["NemoGymEndpoint"]
 

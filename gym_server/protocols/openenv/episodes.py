@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from gym_server.protocols.mcp.mapping import assistant_tool_call
 from gym_server.protocols.openenv import mapping
 from gym_server.sdk.messages import Message
-from gym_server.sessions.manager import LiveSession, SessionManager
+from gym_server.sessions.live import LiveSession
+from gym_server.sessions.manager import SessionManager
 
 __all__ = ["PROTOCOL", "act", "open_episode"]
 

@@ -21,7 +21,7 @@ from gym_server.core.errors import AtCapacity, GymError
 from gym_server.protocols.mcp.mapping import is_tool_error, mcp_tool, problem_data, tool_reply
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import EnvironmentEntry
-from gym_server.sessions.manager import LiveSession, StepResult
+from gym_server.sessions.live import LiveSession, StepResult
 
 __all__ = [
     "EPISODE_META_KEY",
