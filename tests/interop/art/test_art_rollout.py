@@ -62,13 +62,18 @@ def test_groups_of_counter_episodes_are_art_trajectories_scored_by_the_gym(gym: 
 
     groups = asyncio.run(gather())
     assert [len(group) for group in groups] == [3, 3] and not any(group.exceptions for group in groups)
-    multi_turn = 0
+    multi_turn = finished = 0
     for group in groups:
         for trajectory in group:
             assert isinstance(trajectory, art.Trajectory) and trajectory.metadata["gym_failure"] is None
-            stored = gym.stored(str(trajectory.metadata["gym_session_id"]), "completed")
+            # The warmed model usually submits within the 4 turns, not always (temperature 1): an episode
+            # it did not end is closed by the adapter, stored abandoned, and scored all the same.
+            stop_reason = trajectory.metadata["gym_stop_reason"]
+            assert stop_reason in ("done", "max_turns")
+            status = "completed" if stop_reason == "done" else "abandoned"
+            stored = gym.stored(str(trajectory.metadata["gym_session_id"]), status)
             assert trajectory.reward == stored["reward"]
-            assert trajectory.metadata["gym_stop_reason"] == "done"
+            finished += stop_reason == "done"
             assert trajectory.metrics["gym_turns"] == stored["num_turns"]
             assert stored["policy"] == {"kind": "art", "model": policy.name}
 
@@ -101,6 +106,7 @@ def test_groups_of_counter_episodes_are_art_trajectories_scored_by_the_gym(gym: 
                 assert turn["logprobs"] == pytest.approx([entry.logprob for entry in choice.logprobs.content])
             multi_turn += len(choices) > 1
     assert multi_turn >= 1  # the warmed-up model calls add, reads the reply, then submits
+    assert finished >= 1  # and ends an episode itself
 
 
 class KillOnStep(httpx.AsyncBaseTransport):
