@@ -31,11 +31,10 @@ import pytest
 import torch
 from conftest import Gym
 from datasets import Dataset
+from grpotest import cpu_grpo_config, rise, train_quietly
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph_agent import langgraph_agent
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
-from trl.trainer.grpo_config import GRPOConfig
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 from gym_server.trainer_adapters.client import SyncGymClient
@@ -81,41 +80,21 @@ def test_grpo_raises_the_reward_of_an_unmodified_langgraph_agent(gym: Gym, tmp_p
         ]
     )
     rollout = AgentRolloutFunc(gym.url, langgraph_agent(False), run="interop-langgraph-grpo", seed=SEED)
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=16,
-        num_generations=8,
-        max_completion_length=128,
-        learning_rate=1e-3,
-        max_steps=STEPS,
-        logging_steps=1,
-        beta=0.0,
-        seed=SEED,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-    )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[gym_reward],
-        args=args,
+        args=cpu_grpo_config(tmp_path / "out", steps=STEPS, max_completion_length=128, seed=SEED),
         train_dataset=dataset,
         processing_class=tokenizer,
         rollout_func=rollout,
     )
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
     try:
-        trainer.train()
+        rewards = [float(entry["reward"]) for entry in train_quietly(trainer)]
     finally:
         rollout.close()
 
-    rewards = [float(entry["reward"]) for entry in trainer.state.log_history if "reward" in entry]
     assert len(rewards) == STEPS
-    first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-WINDOW:]) / WINDOW
-    assert last - first >= MARGIN, f"reward did not rise: {rewards}"
+    assert rise(rewards, WINDOW) >= MARGIN, f"reward did not rise: {rewards}"
     assert [h["mean_reward"] for h in rollout.history] == pytest.approx(rewards)  # TRL saw the gym's reward
     # The graph played multi-call episodes and TRL trained on the gateway's samples, not on a rendering.
     assert all(r.token_exact and r.num_calls >= 2 for r in rollout.last_rollouts if r.reward == 1.0)
