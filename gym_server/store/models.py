@@ -120,8 +120,9 @@ class Trajectory(Base):
     )
 
     id: Mapped[trajectory_id] = mapped_column(primary_key=True)
-    run: Mapped[name | None] = mapped_column(index=True)
-    env: Mapped[name] = mapped_column(index=True)
+    # run and env have no index of their own: the page indexes above begin with them (revision 0005)
+    run: Mapped[name | None]
+    env: Mapped[name]
     env_version: Mapped[str] = mapped_column(String(128))
     task_id: Mapped[name] = mapped_column(index=True)
     seed: Mapped[int | None] = mapped_column(BigInteger)

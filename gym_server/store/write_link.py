@@ -4,6 +4,14 @@
 (with its pre-ping `SELECT 1`) into an ORM session per batch: that bookkeeping cost about half the CPU
 of a one-row commit. A connection that fails is dropped; the next batch opens (and pings) a fresh one.
 
+`write_engine` is the engine of the writer thread's connection: on SQLite its statement journals stay in
+memory (`PRAGMA temp_store=MEMORY`). A trajectory upsert fires the totals triggers, so SQLite keeps a
+statement journal of the pages it changes, and a row with the schema's indexes changes more than the 64 KiB
+that SQLite keeps in memory before it spills the journal to a temporary file: every one-row commit then
+created, wrote and deleted a file (measured: a create's commit 263 -> 154 us of CPU, docs/benchmarks.md).
+The writer's statements are one batch of rows; the reads, whose sorts may be large, keep their temporary
+files on disk (their engine is `make_engine`'s).
+
 `loop_engine` is the engine of the commits the event loop makes itself on a SQLite file (see
 `TrajectoryStore.committed`): its connections never wait for SQLite's write lock (`busy_timeout` 0: a
 lock held by another process fails at once, and the writer thread, which may wait, takes the rows) and
@@ -16,14 +24,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from sqlalchemy import Connection, Engine, event, make_url, text
+from sqlalchemy import URL, Connection, Engine, event, make_url, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from gym_server.store import repository
 from gym_server.store.migrate import make_engine
 from gym_server.store.records import TrajectoryRecord
 
-__all__ = ["WriteLink", "loop_engine"]
+__all__ = ["WriteLink", "loop_engine", "write_engine"]
 
 
 class WriteLink:
@@ -79,6 +87,22 @@ def _upsert_sqlite(connection: Connection, records: list[TrajectoryRecord]) -> N
         raise DBAPIError.instance(None, None, exc, dbapi_error) from exc
 
 
+def _journals_in_memory(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA temp_store=MEMORY")
+    finally:
+        cursor.close()
+
+
+def write_engine(url: str | URL) -> Engine:
+    """The engine of a writer's connections: `make_engine`'s, with SQLite's statement journals in memory."""
+    engine = make_engine(url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _journals_in_memory)
+    return engine
+
+
 def _no_wait_no_checkpoint(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
@@ -99,7 +123,7 @@ def loop_engine(url: str) -> Engine | None:
     in_memory = database in ("", ":memory:") or parsed.query.get("mode") == "memory"
     if parsed.get_backend_name() != "sqlite" or in_memory:
         return None
-    engine = make_engine(parsed)
+    engine = write_engine(parsed)
     # After make_engine's own pragmas (listeners run in the order they were added): these win.
     event.listen(engine, "connect", _no_wait_no_checkpoint)
     return engine

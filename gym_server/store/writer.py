@@ -62,7 +62,7 @@ from gym_server.store.migrate import (
 )
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import RescoreRecord
-from gym_server.store.write_link import WriteLink, loop_engine
+from gym_server.store.write_link import WriteLink, loop_engine, write_engine
 
 __all__ = ["TrajectoryStore"]
 
@@ -473,7 +473,7 @@ class TrajectoryStore:
         return math.inf if first is None else first.seq
 
     def _run(self) -> None:
-        engine = make_engine(self._url)
+        engine = write_engine(self._url)
         link = WriteLink(engine)
         backoff = 0.0  # seconds until the next retry while the database is down; 0 when healthy
         checkpointed = 0  # the loop's commit count at the last checkpoint

@@ -14,13 +14,14 @@ from sqlalchemy import inspect
 
 from gym_server.store.migrate import current_revision, head_revision, make_engine, mask_url, upgrade_database
 from gym_server.store.models import Base
+from gym_server.store.write_link import loop_engine, write_engine
 
 
 def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0004"
+    assert current_revision(empty_url) == head_revision() == "0005"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
@@ -42,7 +43,8 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
             if index["name"] != "ix_trajectories_policy_model"
         }
         assert indexed == {
-            *[(column,) for column in ("run", "env", "task_id", "status", "created_at", "server_name")],
+            # revision 0001's; run's and env's dropped by 0005, as the page indexes begin with them
+            *[(column,) for column in ("task_id", "status", "created_at", "server_name")],
             ("tenant",),
             # the rollout inspector's (revision 0003)
             ("run", "created_at", "id", "task_id", "reward", "failure", "tenant"),
@@ -91,3 +93,26 @@ def test_mask_url() -> None:
         mask_url("postgresql+psycopg://gym:s3cret@db:5432/gym") == "postgresql+psycopg://gym:***@db:5432/gym"
     )
     assert mask_url("sqlite:///var/gym.db") == "sqlite:///var/gym.db"
+
+
+def test_write_engines_keep_statement_journals_in_memory(tmp_path: Path) -> None:
+    # A trajectory upsert's statement journal outgrows SQLite's 64 KiB in memory and spilled to a
+    # temporary file on every commit; the writers' engines keep it in memory, the reads' (large sorts) not.
+    url = f"sqlite:///{tmp_path / 'gym.db'}"
+    upgrade_database(url)
+    engines = {"reads": make_engine(url), "writer": write_engine(url), "loop": loop_engine(url)}
+    try:
+        settings = {}
+        for name, engine in engines.items():
+            assert engine is not None
+            with engine.connect() as connection:
+                pragma = connection.exec_driver_sql
+                settings[name] = (
+                    pragma("PRAGMA temp_store").scalar(),
+                    pragma("PRAGMA busy_timeout").scalar(),
+                )
+        assert settings == {"reads": (0, 5000), "writer": (2, 5000), "loop": (2, 0)}  # 2: MEMORY
+    finally:
+        for engine in engines.values():
+            if engine is not None:
+                engine.dispose()

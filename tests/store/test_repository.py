@@ -237,8 +237,15 @@ def test_rescore_of_an_unknown_trajectory(sessions: sessionmaker[Session]) -> No
 def test_the_sqlite_driver_upsert_stores_what_the_core_upsert_stores(
     tmp_path: Path, full_record: TrajectoryRecord
 ) -> None:
-    """The writer's SQLite path skips SQLAlchemy's execution but must leave byte-for-byte the same row."""
-    stored: list[tuple[object, ...]] = []
+    """The writer's SQLite path skips SQLAlchemy's execution and, for a row already stored, first tries an
+    update that leaves its identity columns alone: it must leave byte-for-byte the rows and totals the
+    Core upsert leaves, also when a record moves its row to another run, env and tenant."""
+    finished = full_record.model_copy(update={"status": TrajectoryStatus.COMPLETED, "reward": 0.5})
+    moved = finished.model_copy(
+        update={"run": "other-run", "env": "other-env", "tenant": "t2", "reward": 1.0}
+    )
+    fresh = full_record.model_copy(update={"id": "fresh"})
+    stored: dict[str, list[list[tuple[object, ...]]]] = {}
     for name, write in (
         ("core", repository.upsert_trajectories),
         ("driver", repository.upsert_trajectories_sqlite),
@@ -246,15 +253,23 @@ def test_the_sqlite_driver_upsert_stores_what_the_core_upsert_stores(
         url = f"sqlite:///{tmp_path / name}.db"
         upgrade_database(url)
         engine = make_engine(url)
+        snapshots = stored[name] = []
         with engine.connect() as connection:
-            finished = full_record.model_copy(update={"status": TrajectoryStatus.COMPLETED, "reward": 0.5})
-            for record in (full_record, finished):  # an insert, then the update of the same id
-                write(connection, [record])
+            # an insert, the update of the same id, one that changes its identity, then a batch of both
+            for batch in ([full_record], [finished], [moved], [fresh, finished]):
+                write(connection, batch)
                 connection.connection.driver_connection.commit()  # type: ignore[union-attr]
                 connection.commit()
-        with sqlite3.connect(tmp_path / f"{name}.db") as raw:
-            stored.append(raw.execute("SELECT * FROM trajectories").fetchone())
-            stored.append(raw.execute("SELECT * FROM trajectory_totals").fetchone())
+                with sqlite3.connect(tmp_path / f"{name}.db") as raw:
+                    snapshots.append(raw.execute("SELECT * FROM trajectories ORDER BY id").fetchall())
+                    snapshots.append(
+                        raw.execute("SELECT * FROM trajectory_totals ORDER BY 1, 2, 3, 4, 5").fetchall()
+                    )
         engine.dispose()
-    assert stored[0] == stored[2] and stored[1] == stored[3]
-    assert stored[0] is not None and stored[0][11] == 0.5
+    assert stored["driver"] == stored["core"]
+    after_move, totals_after_move = stored["driver"][4], stored["driver"][5]
+    assert [(row[1], row[2], row[11]) for row in after_move] == [("other-run", "other-env", 1.0)]
+    assert {(row[3], row[4], row[5]) for row in totals_after_move} == {
+        (full_record.run or "", full_record.tenant, 0),  # the old key keeps its row, with no episode
+        ("other-run", "t2", 1),
+    }
