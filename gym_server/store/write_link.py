@@ -56,15 +56,17 @@ class WriteLink:
             self.close()
             raise
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> tuple[int, int]:
         """Copy the SQLite WAL's committed pages into the database file without waiting for anyone
-        (`PASSIVE`): the loop's commits leave that to the writer thread. Errors drop the connection."""
+        (`PASSIVE`): the loop's commits leave that to the writer thread. Returns the pages in the WAL and
+        how many of them are copied. Errors drop the connection."""
         connection = self._connection
         if connection is None:
             connection = self._connection = self.engine.connect()
         try:
-            connection.execute(text("PRAGMA wal_checkpoint(PASSIVE)")).all()  # all: else it stays open
+            _busy, total, copied = connection.execute(text("PRAGMA wal_checkpoint(PASSIVE)")).one()
             connection.commit()
+            return int(total), int(copied)
         except BaseException:
             self.close()
             raise

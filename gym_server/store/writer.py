@@ -96,6 +96,9 @@ class _Refused:
 # (the row, its indexes, the totals), so this keeps the WAL near SQLite's own default of 1,000 pages; a
 # longer WAL makes every commit dearer (measured: a one-row commit's CPU doubled without checkpoints).
 _CHECKPOINT_EVERY = 64
+# The WAL's length in pages past which a checkpoint that commits overtook is finished under the write lock
+# (SQLite's own automatic checkpoint threshold; about the 64 commits above).
+_WAL_RESET_PAGES = 1_000
 
 _Outcome = tuple[asyncio.Future[None], BaseException | None]  # a future and the error to set, if any
 
@@ -508,12 +511,18 @@ class TrajectoryStore:
     def _checkpoint(self, link: WriteLink) -> None:
         """The WAL checkpoint the loop's commits leave to this thread; a failure costs a longer WAL only.
 
-        Under the write lock: a commit landing while it copies leaves the WAL never wholly copied, and
-        SQLite starts a WAL from its beginning again only when it was (measured: 96 MB after 1,600
-        commits). A loop commit meanwhile hands its rows to this thread instead."""
+        First without the write lock, so the loop goes on committing while the pages are copied and the
+        files synced (a loop commit that finds the lock taken hands its rows to this thread: a wake-up
+        each way, and the acknowledgement waits out the fsyncs). SQLite starts the WAL from its beginning
+        again only after a checkpoint copied all of it, which a commit landing meanwhile prevents (measured:
+        96 MB after 1,600 commits); so once the WAL is past `_WAL_RESET_PAGES` and that one left some of it
+        behind, a second copies the rest under the lock, where no commit can land, and the next commit
+        starts the WAL from its beginning."""
         try:
-            with self._write_lock:
-                link.checkpoint()
+            total, copied = link.checkpoint()
+            if total > _WAL_RESET_PAGES and copied < total:
+                with self._write_lock:
+                    link.checkpoint()
         except SQLAlchemyError as exc:
             log.warning("trajectory database: WAL checkpoint failed: %s", describe_error(exc))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 
 from gym_server.core.errors import StoreRefused, StoreUnavailable
+from gym_server.store.migrate import upgrade_database
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
+from gym_server.store.write_link import WriteLink, loop_engine, write_engine
 from gym_server.store.writer import TrajectoryStore
 
 RecordFactory = Callable[..., TrajectoryRecord]
@@ -328,6 +331,51 @@ async def test_acknowledged_one_at_a_time_on_a_sqlite_file_the_wal_stays_bounded
     finally:
         await store.stop()
     assert await _count_rows(url) == 400
+
+
+@pytest.mark.parametrize("overtaken", [False, True])
+def test_a_checkpoint_that_commits_overtook_is_finished_under_the_write_lock(
+    tmp_path: Path, make_record: RecordFactory, overtaken: bool
+) -> None:
+    """The thread checkpoints without the write lock, so the loop's commits go on meanwhile; SQLite starts
+    the WAL afresh only after a checkpoint copied all of it, so one that commits overtook (here a reader's
+    snapshot holds the last pages back, as a commit landing mid-copy does) is finished under the lock."""
+    url = f"sqlite:///{tmp_path / 'gym.db'}"
+    upgrade_database(url)
+    engine = loop_engine(url)  # no automatic checkpoints: the WAL grows until one is made
+    assert engine is not None
+    writes = WriteLink(engine)
+    for _ in range(80):  # one commit each, about 1,300 pages: past the length that asks for a full copy
+        writes.upsert([make_record(messages=[{"role": "user", "content": "x" * 2000}])])
+    reader = sqlite3.connect(tmp_path / "gym.db")
+    if overtaken:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM trajectories").fetchall()  # its snapshot: the pages so far
+        writes.upsert([make_record()])  # pages past the snapshot, which no checkpoint may copy yet
+    results: list[tuple[int, int, bool]] = []
+    store = TrajectoryStore(url)
+
+    class Recording(WriteLink):
+        def checkpoint(self) -> tuple[int, int]:
+            total, copied = super().checkpoint()
+            results.append((total, copied, store._write_lock.locked()))
+            if reader.in_transaction:
+                reader.rollback()  # the overtaking commit is done: nothing holds the pages back now
+            return total, copied
+
+    checkpoints = Recording(write_engine(url))
+    try:
+        store._checkpoint(checkpoints)
+    finally:
+        checkpoints.close()
+        writes.close()
+        reader.close()
+    assert results[0][0] > 1_000 and results[0][2] is False  # the first copy: without the lock
+    if overtaken:
+        assert results[0][1] < results[0][0]
+        assert len(results) == 2 and results[1][2] is True and results[1][0] == results[1][1]
+    else:
+        assert len(results) == 1 and results[0][0] == results[0][1]
 
 
 async def _count_rows(url: str) -> int:
