@@ -63,7 +63,9 @@ SERVED_NAME = "tiny-counter"
 # warm_policy.py's arguments after the gym and folder. Steps: at the recipe's 100, most calls sampled at
 # temperature 1 were malformed (seen 2026-11-28 on a fresh machine: no tool call in 4 counter episodes);
 # at 300, 8 of 8 well-formed. Workplace: the second environment the peers play, where a counter-only
-# model never called a listed tool; warmed to call its `submit`.
+# model never called a listed tool; warmed to call its `submit` (with counter's episodes three quarters
+# of that phase's examples: at half, a fresh machine's warm-up made counter's first call a malformed
+# `submit` in 4 of 4 episodes, 2026-11-28).
 WARM_ARGS = ("300", "workplace")
 # Episodes `play_checked` plays at most to see the policy call one of the environment's tools.
 ATTEMPTS = 4

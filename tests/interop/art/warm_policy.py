@@ -7,9 +7,10 @@ calls against a running gym (the recipe of `gym-server demo --model tiny`), save
 STEPS: supervised warm-up steps (default 100, the demo's recipe, after which many of the calls sampled
 at temperature 1 are malformed; the agent peers ask for 300, after which nearly all are well-formed).
 ENV: other environments whose first task the model then learns to answer with a `submit` call
-(`SUBMIT_STEPS` more steps, half of their examples counter's episodes, so that counter's first call
-stays `add`), so that an agent playing them calls one of their tools: a counter-only model never
-called a tool of the agent peers' second environment, workplace.
+(`SUBMIT_STEPS` more steps, three quarters of their examples counter's episodes, so that counter's
+first call stays `add`: with half, a warm-up on a new machine made counter's first call a malformed
+`submit` in every episode), so that an agent playing them calls one of their tools: a counter-only
+model never called a tool of the agent peers' second environment, workplace.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main(gym_url: str, folder: Path, steps: int = 100, submit_envs: tuple[str, .
         counter = counter_example(tokenizer, train)
 
         def example(rng: random.Random) -> tuple[list[int], list[int]]:
-            if rng.random() < 0.5:  # counter's episodes too, or its first call turns into `submit`
+            if rng.random() < 0.75:  # counter's episodes too, or its first call turns into `submit`
                 return counter(rng)
             prompt = rng.choice(prompts)
             return prompt + call, [-100] * len(prompt) + call
