@@ -333,13 +333,16 @@ async def test_acknowledged_one_at_a_time_on_a_sqlite_file_the_wal_stays_bounded
     assert await _count_rows(url) == 400
 
 
-@pytest.mark.parametrize("overtaken", [False, True])
+@pytest.mark.parametrize("overtaken", ["no", "by a reader's snapshot", "by a commit"])
 def test_a_checkpoint_that_commits_overtook_is_finished_under_the_write_lock(
-    tmp_path: Path, make_record: RecordFactory, overtaken: bool
+    tmp_path: Path, make_record: RecordFactory, overtaken: str
 ) -> None:
     """The thread checkpoints without the write lock, so the loop's commits go on meanwhile; SQLite starts
-    the WAL afresh only after a checkpoint copied all of it, so one that commits overtook (here a reader's
-    snapshot holds the last pages back, as a commit landing mid-copy does) is finished under the lock."""
+    the WAL afresh only after a checkpoint copied all of it and before another commit, so one that commits
+    overtook is finished under the lock. Overtaken two ways: a reader's snapshot holds the last pages back
+    (the pass copies less than the WAL holds), or a loop commit lands once the pass has read the WAL's
+    length (the pass copies all it saw: only the loop's commit count shows it). Either way the next commit
+    starts the WAL from its beginning."""
     url = f"sqlite:///{tmp_path / 'gym.db'}"
     upgrade_database(url)
     engine = loop_engine(url)  # no automatic checkpoints: the WAL grows until one is made
@@ -348,7 +351,7 @@ def test_a_checkpoint_that_commits_overtook_is_finished_under_the_write_lock(
     for _ in range(80):  # one commit each, about 1,300 pages: past the length that asks for a full copy
         writes.upsert([make_record(messages=[{"role": "user", "content": "x" * 2000}])])
     reader = sqlite3.connect(tmp_path / "gym.db")
-    if overtaken:
+    if overtaken == "by a reader's snapshot":
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM trajectories").fetchall()  # its snapshot: the pages so far
         writes.upsert([make_record()])  # pages past the snapshot, which no checkpoint may copy yet
@@ -361,21 +364,28 @@ def test_a_checkpoint_that_commits_overtook_is_finished_under_the_write_lock(
             results.append((total, copied, store._write_lock.locked()))
             if reader.in_transaction:
                 reader.rollback()  # the overtaking commit is done: nothing holds the pages back now
+            if overtaken == "by a commit" and len(results) == 1:
+                writes.upsert([make_record()])  # the loop commits while the pass syncs the files
+                store._loop_commits += 1
             return total, copied
 
     checkpoints = Recording(write_engine(url))
     try:
         store._checkpoint(checkpoints)
+        writes.upsert([make_record()])
+        frames_after_next_commit = checkpoints.checkpoint()[0]
     finally:
         checkpoints.close()
         writes.close()
         reader.close()
     assert results[0][0] > 1_000 and results[0][2] is False  # the first copy: without the lock
-    if overtaken:
-        assert results[0][1] < results[0][0]
-        assert len(results) == 2 and results[1][2] is True and results[1][0] == results[1][1]
+    if overtaken == "no":
+        assert len(results) == 2 and results[0][0] == results[0][1]  # (the second: the check below)
     else:
-        assert len(results) == 1 and results[0][0] == results[0][1]
+        assert results[0][1] < results[0][0] or overtaken == "by a commit"
+        assert len(results) == 3 and results[1][2] is True and results[1][0] == results[1][1]
+    # The WAL began afresh: it holds the one commit made after the checkpoint, not the 80 before it.
+    assert frames_after_next_commit < 100
 
 
 async def _count_rows(url: str) -> int:
