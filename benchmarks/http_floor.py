@@ -1,0 +1,256 @@
+"""Server CPU per request of the HTTP layer alone: the gym's uvicorn configuration against a bare protocol.
+
+    python benchmarks/http_floor.py [--requests 5000] [--rounds 3]
+
+Why: an episode is eleven requests, and issue 26 found the rest of the hot path already as cheap as it
+was in `ec5d460`, the acknowledged commit aside (docs/benchmarks.md, "Round 6"). What the HTTP layer
+itself costs per request bounds what a leaner one could win back. Three servers, each answering a small
+POST with a two-byte JSON body from one keep-alive client:
+
+- `uvicorn as the gym runs it`: uvicorn with uvloop and the gym's `GuardedHttpProtocol` (httptools,
+  deadlines, connection cap; `proxy_headers` off), serving a trivial ASGI app that reads the body;
+- `minimal ASGI protocol`: httptools feeding the same app through one task per request and nothing else
+  (no keep-alive timer, flow control, deadlines, pipelining, header checks, upgrades): not a server to
+  run, the bound a leaner protocol could approach;
+- `bare protocol`: an `asyncio.Protocol` that answers each request head with canned bytes, no ASGI: what
+  uvloop and the sockets cost.
+
+Each server is its own process pinned to the server core (this client on the other); its CPU is read
+from /proc/<pid>/task/*/schedstat around `--requests` requests, rounds taking turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _loadgen import HttpConnection
+from _sessions_report import console
+from _sessions_system import HOST, LOADGEN_CORE, SERVER_CORE, free_port, machine_description, pin
+from rich.table import Table
+from sessions_phases import thread_cpu_seconds
+
+KINDS = {
+    "uvicorn": "uvicorn as the gym runs it",
+    "minimal": "minimal ASGI protocol",
+    "bare": "bare protocol",
+}
+_BODY = b'{"message":{"role":"assistant","content":"x"}}'
+_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+
+
+async def trivial_app(
+    scope: Scope, receive: Callable[[], Awaitable[Message]], send: Callable[[Message], Awaitable[None]]
+) -> None:
+    """Read the request's body, answer 200 with `{}`."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+class BareProtocol(asyncio.Protocol):
+    """Canned bytes for every complete request head (the bodies here are read with the head)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while b"\r\n\r\n" in self._buffer:
+            head, _, rest = self._buffer.partition(b"\r\n\r\n")
+            lines = head.lower().split(b"\r\n")
+            length = next((int(line[15:]) for line in lines if line.startswith(b"content-length:")), 0)
+            self._buffer = rest[length:]
+            assert self._transport is not None
+            self._transport.write(_ANSWER)
+
+
+class MinimalAsgiProtocol(asyncio.Protocol):
+    """httptools to an ASGI app, one task per request; only what a small POST needs."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        import httptools
+
+        self._loop = loop
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body = b""
+        self._head = b""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport
+
+    def data_received(self, data: bytes) -> None:
+        self._parser.feed_data(data)
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._body = b"", [], b""
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_body(self, body: bytes) -> None:
+        self._body += body
+
+    def on_message_complete(self) -> None:
+        path, _, query = self._url.partition(b"?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": self._parser.get_method().decode(),
+            "scheme": "http",
+            "path": path.decode(),
+            "raw_path": path,
+            "query_string": query,
+            "root_path": "",
+            "headers": self._headers,
+            "server": None,
+            "client": None,
+        }
+        task = self._loop.create_task(trivial_app(scope, self._receive(self._body), self._send))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _receive(body: bytes) -> Callable[[], Awaitable[Message]]:
+        async def receive() -> Message:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return receive
+
+    async def _send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            lines = [b"HTTP/1.1 %d OK\r\n" % message["status"]]
+            lines += [name + b": " + value + b"\r\n" for name, value in message.get("headers", ())]
+            self._head = b"".join(lines) + b"\r\n"
+            return
+        assert self._transport is not None
+        self._transport.write(self._head + message.get("body", b""))
+
+
+def serve(kind: str, port: int) -> None:
+    """Run one server until SIGINT (`--serve`)."""
+    import uvloop
+
+    if kind == "uvicorn":
+        import uvicorn
+
+        from gym_server.api.http_protocol import guarded_protocol
+        from gym_server.core.settings import HttpSettings
+
+        config = uvicorn.Config(
+            trivial_app,
+            host=HOST,
+            port=port,
+            loop="uvloop",
+            http=guarded_protocol(HttpSettings()),
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+        )
+        uvicorn.Server(config).run()
+        return
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        factory: Callable[[], asyncio.Protocol] = (
+            BareProtocol if kind == "bare" else lambda: MinimalAsgiProtocol(loop)
+        )
+        server = await loop.create_server(factory, HOST, port)
+        await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):  # the benchmark stops it with SIGINT
+        uvloop.run(main())
+
+
+async def measure(pid: int, port: int, requests: int) -> float:
+    """Server CPU µs per request over `requests` POSTs on one keep-alive connection."""
+    connection = HttpConnection(HOST, port)
+    for _ in range(200):
+        try:
+            await connection.connect()
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    data = connection.render("POST", "/v1/sessions/s1/step", _BODY)
+    for _ in range(requests // 10):  # warm-up
+        await connection.send(data)
+    before = sum(thread_cpu_seconds(pid))
+    for _ in range(requests):
+        response = await connection.send(data)
+        if response.status != 200 or response.body != b"{}":
+            raise RuntimeError(f"unexpected answer {response.status} {response.body!r}")
+    spent = sum(thread_cpu_seconds(pid)) - before
+    await connection.close()
+    return float(spent / requests * 1e6)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--requests", type=int, default=5000, help="measured requests per server and round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, the servers taking turns")
+    parser.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]))
+        return
+    machine = machine_description()
+    console.print(", ".join(f"{key} {value}" for key, value in machine.items()))
+    pin(os.getpid(), LOADGEN_CORE)
+    results: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    for round_number in range(args.rounds):
+        order = list(KINDS) if round_number % 2 == 0 else list(reversed(KINDS))
+        for kind in order:
+            port = free_port()
+            server = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(port)])
+            try:
+                pin(server.pid, SERVER_CORE)
+                results[kind].append(asyncio.run(measure(server.pid, port, args.requests)))
+            finally:
+                server.send_signal(signal.SIGINT)
+                server.wait(timeout=30)
+        spent = ", ".join(f"{kind} {values[-1]:.1f} µs" for kind, values in results.items())
+        console.print(f"round {round_number + 1}: {spent}")
+    uvicorn_us = statistics.median(results["uvicorn"])
+    table = Table(title=f"Server CPU µs per request, one client (medians of {args.rounds} rounds)")
+    for column in ("server", "µs per request", "rounds", "below uvicorn as the gym runs it"):
+        table.add_column(column, justify="right")
+    for kind, label in KINDS.items():
+        median = statistics.median(results[kind])
+        rounds = ", ".join(f"{value:.1f}" for value in results[kind])
+        table.add_row(label, f"{median:.1f}", rounds, f"{uvicorn_us - median:.1f} µs")
+    console.print(table)
+    console.print(f"load average at the end: {' / '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
