@@ -12,7 +12,7 @@ POST with a two-byte JSON body from one keep-alive client:
 - `minimal ASGI protocol`: httptools feeding the same app through one task per request and nothing else
   (no keep-alive timer, flow control, deadlines, pipelining, header checks, upgrades): not a server to
   run, the bound a leaner protocol could approach;
-- `bare protocol`: an `asyncio.Protocol` that answers each request head with canned bytes, no ASGI: what
+- `bare protocol`: the load generator's canned-response stub (`_loadgen.serve_stub`), no ASGI: what
   uvloop and the sockets cost.
 
 Each server is its own process pinned to the server core (this client on the other); its CPU is read
@@ -25,19 +25,28 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import statistics
-import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _loadgen import HttpConnection
+from _loadgen import HttpConnection, serve_stub
 from _sessions_report import console
-from _sessions_system import HOST, LOADGEN_CORE, SERVER_CORE, free_port, machine_description, pin
+from _sessions_system import (
+    HOST,
+    LOADGEN_CORE,
+    REPO,
+    SERVER_CORE,
+    ManagedProcess,
+    free_port,
+    machine_description,
+    pin,
+)
+from _sessions_workload import wait_ready
 from rich.table import Table
 from sessions_phases import thread_cpu_seconds
 
@@ -47,7 +56,6 @@ KINDS = {
     "bare": "bare protocol",
 }
 _BODY = b'{"message":{"role":"assistant","content":"x"}}'
-_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -64,27 +72,6 @@ async def trivial_app(
     headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": b"{}"})
-
-
-class BareProtocol(asyncio.Protocol):
-    """Canned bytes for every complete request head (the bodies here are read with the head)."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport
-
-    def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        while b"\r\n\r\n" in self._buffer:
-            head, _, rest = self._buffer.partition(b"\r\n\r\n")
-            lines = head.lower().split(b"\r\n")
-            length = next((int(line[15:]) for line in lines if line.startswith(b"content-length:")), 0)
-            self._buffer = rest[length:]
-            assert self._transport is not None
-            self._transport.write(_ANSWER)
 
 
 class MinimalAsgiProtocol(asyncio.Protocol):
@@ -181,33 +168,29 @@ def serve(kind: str, port: int) -> None:
         return
 
     async def main() -> None:
+        if kind == "bare":
+            await serve_stub(HOST, port, lifetime_s=3600.0)
+            return
         loop = asyncio.get_running_loop()
-        factory: Callable[[], asyncio.Protocol] = (
-            BareProtocol if kind == "bare" else lambda: MinimalAsgiProtocol(loop)
-        )
-        server = await loop.create_server(factory, HOST, port)
+        server = await loop.create_server(lambda: MinimalAsgiProtocol(loop), HOST, port)
         await server.serve_forever()
 
     with contextlib.suppress(KeyboardInterrupt):  # the benchmark stops it with SIGINT
         uvloop.run(main())
 
 
-async def measure(pid: int, port: int, requests: int) -> float:
+async def measure(server: ManagedProcess, port: int, requests: int) -> float:
     """Server CPU µs per request over `requests` POSTs on one keep-alive connection."""
+    await wait_ready(port, server, timeout_s=60.0, path="/")  # every server here answers any path 200
+    pid = server.pid
     connection = HttpConnection(HOST, port)
-    for _ in range(200):
-        try:
-            await connection.connect()
-            break
-        except OSError:
-            await asyncio.sleep(0.05)
     data = connection.render("POST", "/v1/sessions/s1/step", _BODY)
     for _ in range(requests // 10):  # warm-up
         await connection.send(data)
     before = sum(thread_cpu_seconds(pid))
     for _ in range(requests):
         response = await connection.send(data)
-        if response.status != 200 or response.body != b"{}":
+        if response.status != 200:
             raise RuntimeError(f"unexpected answer {response.status} {response.body!r}")
     spent = sum(thread_cpu_seconds(pid)) - before
     await connection.close()
@@ -227,19 +210,20 @@ def main(argv: list[str]) -> None:
     console.print(", ".join(f"{key} {value}" for key, value in machine.items()))
     pin(os.getpid(), LOADGEN_CORE)
     results: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    for round_number in range(args.rounds):
-        order = list(KINDS) if round_number % 2 == 0 else list(reversed(KINDS))
-        for kind in order:
-            port = free_port()
-            server = subprocess.Popen([sys.executable, __file__, "--serve", kind, str(port)])
-            try:
-                pin(server.pid, SERVER_CORE)
-                results[kind].append(asyncio.run(measure(server.pid, port, args.requests)))
-            finally:
-                server.send_signal(signal.SIGINT)
-                server.wait(timeout=30)
-        spent = ", ".join(f"{kind} {values[-1]:.1f} µs" for kind, values in results.items())
-        console.print(f"round {round_number + 1}: {spent}")
+    with tempfile.TemporaryDirectory(prefix="gym-http-floor-") as logs:
+        for round_number in range(args.rounds):
+            order = list(KINDS) if round_number % 2 == 0 else list(reversed(KINDS))
+            for kind in order:
+                port = free_port()
+                argv = [sys.executable, __file__, "--serve", kind, str(port)]
+                server = ManagedProcess(kind, argv, env=dict(os.environ), cwd=REPO, log=Path(logs) / kind)
+                try:
+                    server.start(SERVER_CORE)
+                    results[kind].append(asyncio.run(measure(server, port, args.requests)))
+                finally:
+                    server.stop()
+            spent = ", ".join(f"{kind} {values[-1]:.1f} µs" for kind, values in results.items())
+            console.print(f"round {round_number + 1}: {spent}")
     uvicorn_us = statistics.median(results["uvicorn"])
     table = Table(title=f"Server CPU µs per request, one client (medians of {args.rounds} rounds)")
     for column in ("server", "µs per request", "rounds", "below uvicorn as the gym runs it"):
