@@ -26,9 +26,9 @@ backoff, so an outage delays trajectories but never drops them. A record the dat
 content (it cannot be serialized, or violates a constraint) is retried alone, then logged and set aside, so
 one bad row never blocks the queue: its waiters get `StoreRefused`, and the store keeps the record (until a
 newer version of the id is written, or `forget(id)`) so that asking `committed(id)` again writes it again
-instead of answering as if it were stored. An acknowledgement therefore never follows a refusal. Reads go
-through `asyncio.to_thread` on a second engine and raise `StoreUnavailable` (a 503) when the database does
-not answer.
+instead of answering as if it were stored. An acknowledgement therefore never follows a refusal. Reads are
+`StoreQueries`' (`queries.py`): worker threads on a second engine, `StoreUnavailable` (a 503) when the
+database does not answer.
 """
 
 from __future__ import annotations
@@ -41,12 +41,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -60,14 +58,13 @@ from gym_server.store.migrate import (
     refresh_statistics,
     upgrade_database,
 )
-from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
-from gym_server.store.repository import RescoreRecord
+from gym_server.store.queries import StoreQueries
+from gym_server.store.records import TrajectoryRecord
 from gym_server.store.write_link import WriteLink, loop_engine, write_engine
 
 __all__ = ["TrajectoryStore"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -109,7 +106,7 @@ def _settle_futures(outcomes: builtins.list[_Outcome]) -> None:
             future.set_exception(error) if error else future.set_result(None)
 
 
-class TrajectoryStore:
+class TrajectoryStore(StoreQueries):
     """Batching, coalescing, outage-proof writer plus async reads over one database URL.
 
     ```python
@@ -367,26 +364,6 @@ class TrajectoryStore:
         with self._lock:
             self._refused.pop(trajectory_id, None)
 
-    async def mark_lost(self, server_name: str) -> int:
-        """Mark the live trajectories `server_name` left in the database lost; call once at start-up."""
-        return await self._call(partial(repository.mark_lost, server_name=server_name))
-
-    async def add_rescore(
-        self,
-        trajectory_id: str,
-        *,
-        reward: float | None,
-        components: dict[str, float],
-        verifier_version: str | None,
-        info: dict[str, object] | None = None,
-        failure: str | None = None,
-    ) -> RescoreRecord:
-        """Store a re-verification and make it the trajectory's score (see `repository.add_rescore`)."""
-        rescore = partial(repository.add_rescore, trajectory_id=trajectory_id, info=info, failure=failure)
-        return await self._call(
-            partial(rescore, reward=reward, components=components, verifier_version=verifier_version)
-        )
-
     async def get(self, trajectory_id: str, tenant: str | None = None) -> TrajectoryRecord | None:
         """The newest record with this id: the queued one if not yet written, else the stored one.
 
@@ -398,77 +375,6 @@ class TrajectoryStore:
             return queued.record if tenant is None or queued.record.tenant == tenant else None
         query = partial(repository.get_trajectory, trajectory_id=trajectory_id, tenant=tenant)
         return await self._call(query)
-
-    async def list(
-        self,
-        *,
-        run: str | None = None,
-        env: str | None = None,
-        task_id: str | None = None,
-        status: TrajectoryStatus | None = None,
-        offset: int = 0,
-        limit: int = 100,
-    ) -> builtins.list[TrajectoryRecord]:
-        """One page of stored records, newest first; records still queued appear after the next flush."""
-        query = partial(repository.list_trajectories, run=run, env=env, task_id=task_id, status=status)
-        return await self._call(partial(query, offset=offset, limit=limit))
-
-    async def page(
-        self, where: repository.TrajectoryFilter, *, offset: int = 0, limit: int = 100
-    ) -> tuple[builtins.list[TrajectoryRecord], int]:
-        """One page of stored records, newest first, and the number matching in all, read together."""
-        page = partial(repository.page_trajectories, where=where, offset=offset, limit=limit)
-        return await self._call(page)
-
-    async def count(
-        self,
-        *,
-        run: str | None = None,
-        env: str | None = None,
-        task_id: str | None = None,
-        status: TrajectoryStatus | None = None,
-    ) -> int:
-        """How many stored records match the filters."""
-        return await self._call(
-            partial(repository.count_trajectories, run=run, env=env, task_id=task_id, status=status)
-        )
-
-    async def list_rescores(self, trajectory_id: str) -> builtins.list[RescoreRecord]:
-        """Every re-score of one trajectory, oldest first."""
-        return await self._call(partial(repository.list_rescores, trajectory_id=trajectory_id))
-
-    async def read(self, query: Callable[[Session], T]) -> T:
-        """Run a read-only `query` (a `store.inspector` function, say) in a worker thread.
-
-        Outages become `StoreUnavailable` (a 503), as for every other read of the store.
-        """
-        return await self._call(query)
-
-    async def ping(self) -> bool:
-        """Whether the database answers `SELECT 1` (for readiness probes); never raises."""
-        try:
-            await self._call(lambda session: session.execute(text("SELECT 1")))
-        except (StoreUnavailable, SQLAlchemyError, RuntimeError):
-            return False
-        return True
-
-    async def _call(self, work: Callable[[Session], T]) -> T:
-        """Run `work` in a worker thread inside one committed transaction."""
-        sessions = self._sessions
-        if sessions is None:
-            raise RuntimeError(f"{self!r} is not running; start() it first")
-        return await asyncio.to_thread(self._in_transaction, sessions, work)
-
-    def _in_transaction(self, sessions: sessionmaker[Session], work: Callable[[Session], T]) -> T:
-        try:
-            with sessions.begin() as session:
-                return work(session)
-        except SQLAlchemyError as exc:
-            if not is_outage(exc):
-                raise
-            raise StoreUnavailable(
-                f"trajectory database {mask_url(self._url)} unavailable: {describe_error(exc)}"
-            ) from exc
 
     def _low_water(self) -> float:
         """The smallest enqueue number not yet written (infinity when nothing is pending); hold the lock."""
