@@ -1,22 +1,26 @@
 """Server CPU per request of the HTTP layer alone: the gym's uvicorn configuration against a bare protocol.
 
-    python benchmarks/http_floor.py [--requests 5000] [--rounds 3]
+    python benchmarks/http_floor.py [--requests 500] [--rounds 40]
 
 Why: an episode is eleven requests, and issue 26 found the rest of the hot path already as cheap as it
 was in `ec5d460`, the acknowledged commit aside (docs/benchmarks.md, "Round 6"). What the HTTP layer
-itself costs per request bounds what a leaner one could win back. Three servers, each answering a small
+itself costs per request bounds what a leaner one could win back. Four servers, each answering a small
 POST with a two-byte JSON body from one keep-alive client:
 
-- `uvicorn as the gym runs it`: uvicorn with uvloop and the gym's `GuardedHttpProtocol` (httptools,
-  deadlines, connection cap; `proxy_headers` off), serving a trivial ASGI app that reads the body;
+- `the gym's protocol`: uvicorn with uvloop and the gym's own `GymHttpProtocol` (httptools, one write
+  per response, deadlines, connection cap; `proxy_headers` off), serving a trivial ASGI app that reads
+  the body;
+- `uvicorn's httptools protocol`: the same with uvicorn's own `HttpToolsProtocol` (what the gym ran until
+  issue 26's round 7, less the deadlines);
 - `minimal ASGI protocol`: httptools feeding the same app through one task per request and nothing else
   (no keep-alive timer, flow control, deadlines, pipelining, header checks, upgrades): not a server to
   run, the bound a leaner protocol could approach;
 - `bare protocol`: the load generator's canned-response stub (`_loadgen.serve_stub`), no ASGI: what
   uvloop and the sockets cost.
 
-Each server is its own process pinned to the server core (this client on the other); its CPU is read
-from /proc/<pid>/task/*/schedstat around `--requests` requests, rounds taking turns.
+Each server is its own process pinned to the server core (this client on the other), all up at once;
+its CPU is read from /proc/<pid>/task/*/schedstat around each burst of `--requests` requests, the servers
+taking turns burst by burst (`--rounds` bursts each).
 """
 
 from __future__ import annotations
@@ -47,11 +51,13 @@ from _sessions_system import (
     pin,
 )
 from _sessions_workload import wait_ready
+from rich.progress import Progress
 from rich.table import Table
 from sessions_phases import thread_cpu_seconds
 
 KINDS = {
-    "uvicorn": "uvicorn as the gym runs it",
+    "gym": "the gym's protocol",
+    "uvicorn": "uvicorn's httptools protocol",
     "minimal": "minimal ASGI protocol",
     "bare": "bare protocol",
 }
@@ -148,10 +154,10 @@ def serve(kind: str, port: int) -> None:
     """Run one server until SIGINT (`--serve`)."""
     import uvloop
 
-    if kind == "uvicorn":
+    if kind in ("gym", "uvicorn"):
         import uvicorn
 
-        from gym_server.api.http_protocol import guarded_protocol
+        from gym_server.api.http_protocol import http_protocol
         from gym_server.core.settings import HttpSettings
 
         config = uvicorn.Config(
@@ -159,7 +165,7 @@ def serve(kind: str, port: int) -> None:
             host=HOST,
             port=port,
             loop="uvloop",
-            http=guarded_protocol(HttpSettings()),
+            http=http_protocol(HttpSettings()) if kind == "gym" else "httptools",
             log_level="warning",
             access_log=False,
             proxy_headers=False,
@@ -179,28 +185,46 @@ def serve(kind: str, port: int) -> None:
         uvloop.run(main())
 
 
-async def measure(server: ManagedProcess, port: int, requests: int) -> float:
-    """Server CPU µs per request over `requests` POSTs on one keep-alive connection."""
-    await wait_ready(port, server, timeout_s=60.0, path="/")  # every server here answers any path 200
-    pid = server.pid
-    connection = HttpConnection(HOST, port)
-    data = connection.render("POST", "/v1/sessions/s1/step", _BODY)
-    for _ in range(requests // 10):  # warm-up
-        await connection.send(data)
-    before = sum(thread_cpu_seconds(pid))
-    for _ in range(requests):
-        response = await connection.send(data)
-        if response.status != 200:
-            raise RuntimeError(f"unexpected answer {response.status} {response.body!r}")
-    spent = sum(thread_cpu_seconds(pid)) - before
-    await connection.close()
-    return float(spent / requests * 1e6)
+async def measure(
+    servers: dict[str, tuple[ManagedProcess, int]], rounds: int, requests: int
+) -> dict[str, list[float]]:
+    """Server CPU µs per request of each server, one burst of `requests` POSTs per server and round.
+
+    All servers are up at once and take turns burst by burst (the order reversed every other round), so
+    the machine's drift, which moves one server's readings by a third between runs minutes apart, falls
+    on all of them alike."""
+    connections: dict[str, tuple[HttpConnection, bytes]] = {}
+    for kind, (server, port) in servers.items():
+        await wait_ready(port, server, timeout_s=60.0, path="/")  # every server here answers any path 200
+        connection = HttpConnection(HOST, port)
+        data = connection.render("POST", "/v1/sessions/s1/step", _BODY)
+        for _ in range(requests):  # warm-up
+            await connection.send(data)
+        connections[kind] = (connection, data)
+    results: dict[str, list[float]] = {kind: [] for kind in servers}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("bursts", total=rounds * len(servers))
+        for round_number in range(rounds):
+            order = list(servers) if round_number % 2 == 0 else list(reversed(servers))
+            for kind in order:
+                connection, data = connections[kind]
+                pid = servers[kind][0].pid
+                before = sum(thread_cpu_seconds(pid))
+                for _ in range(requests):
+                    response = await connection.send(data)
+                    if response.status != 200:
+                        raise RuntimeError(f"{kind}: unexpected answer {response.status} {response.body!r}")
+                results[kind].append((sum(thread_cpu_seconds(pid)) - before) / requests * 1e6)
+                progress.advance(task)
+    for connection, _ in connections.values():
+        await connection.close()
+    return results
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--requests", type=int, default=5000, help="measured requests per server and round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds, the servers taking turns")
+    parser.add_argument("--requests", type=int, default=500, help="requests per burst")
+    parser.add_argument("--rounds", type=int, default=40, help="bursts per server, the servers taking turns")
     parser.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -209,29 +233,30 @@ def main(argv: list[str]) -> None:
     machine = machine_description()
     console.print(", ".join(f"{key} {value}" for key, value in machine.items()))
     pin(os.getpid(), LOADGEN_CORE)
-    results: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    servers: dict[str, tuple[ManagedProcess, int]] = {}
     with tempfile.TemporaryDirectory(prefix="gym-http-floor-") as logs:
-        for round_number in range(args.rounds):
-            order = list(KINDS) if round_number % 2 == 0 else list(reversed(KINDS))
-            for kind in order:
+        try:
+            for kind in KINDS:
                 port = free_port()
                 argv = [sys.executable, __file__, "--serve", kind, str(port)]
                 server = ManagedProcess(kind, argv, env=dict(os.environ), cwd=REPO, log=Path(logs) / kind)
-                try:
-                    server.start(SERVER_CORE)
-                    results[kind].append(asyncio.run(measure(server, port, args.requests)))
-                finally:
-                    server.stop()
-            spent = ", ".join(f"{kind} {values[-1]:.1f} µs" for kind, values in results.items())
-            console.print(f"round {round_number + 1}: {spent}")
-    uvicorn_us = statistics.median(results["uvicorn"])
-    table = Table(title=f"Server CPU µs per request, one client (medians of {args.rounds} rounds)")
-    for column in ("server", "µs per request", "rounds", "below uvicorn as the gym runs it"):
+                servers[kind] = (server, port)
+                server.start(SERVER_CORE)
+            results = asyncio.run(measure(servers, args.rounds, args.requests))
+        finally:
+            for server, _ in servers.values():
+                server.stop()
+    uvicorn_us = results["uvicorn"]
+    table = Table(
+        title=f"Server CPU µs per request, one client ({args.rounds} bursts of {args.requests} per server)"
+    )
+    for column in ("server", "median µs", "quartiles µs", "÷ uvicorn's (median of bursts)"):
         table.add_column(column, justify="right")
     for kind, label in KINDS.items():
-        median = statistics.median(results[kind])
-        rounds = ", ".join(f"{value:.1f}" for value in results[kind])
-        table.add_row(label, f"{median:.1f}", rounds, f"{uvicorn_us - median:.1f} µs")
+        values = results[kind]
+        low, _, high = statistics.quantiles(values, n=4)
+        ratio = statistics.median(value / base for value, base in zip(values, uvicorn_us, strict=True))
+        table.add_row(label, f"{statistics.median(values):.1f}", f"{low:.1f}-{high:.1f}", f"{ratio:.3f}")
     console.print(table)
     console.print(f"load average at the end: {' / '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 

@@ -1,5 +1,5 @@
-"""`gym-server serve`: run the HTTP service under uvicorn (uvloop + httptools, with the deadlines of
-`gym_server.api.http_protocol`).
+"""`gym-server serve`: run the HTTP service under uvicorn (uvloop, and the gym's own HTTP/1.1 protocol with
+its deadlines for slow clients, `gym_server.api.http_protocol`).
 
 Sessions live in one process's memory, so `--workers N` does not share a socket the way a stateless
 app would (a step could land on a process that never saw its session). Instead it runs N independent
@@ -48,7 +48,7 @@ _GC_GEN0_THRESHOLD = 20_000
 
 
 def _run_replica(settings: Settings) -> None:
-    from gym_server.api.http_protocol import guarded_protocol
+    from gym_server.api.http_protocol import http_protocol
     from gym_server.app import create_app
 
     _return_large_blocks_to_the_os()
@@ -62,8 +62,8 @@ def _run_replica(settings: Settings) -> None:
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        # httptools with head and body deadlines and a connection cap (slow clients time out)
-        http=guarded_protocol(settings.http),
+        # the gym's HTTP/1.1 protocol: one write per response, deadlines for slow clients, a connection cap
+        http=http_protocol(settings.http),
         timeout_keep_alive=settings.http.keep_alive_s,
         log_level=settings.log_level,
         access_log=False,

@@ -9,6 +9,7 @@ import ray
 import uvicorn
 
 from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
+from gym_server.api.http_protocol import http_protocol
 from gym_server.core.settings import Settings
 from gym_server.scale.pool import ReplicaPool
 from gym_server.scale.router import EntryPoint
@@ -49,7 +50,7 @@ def serve_on_ray(settings: Settings, scale: RayScaleSettings) -> None:
             host=settings.host,
             port=settings.port,
             loop="uvloop",
-            http="httptools",
+            http=http_protocol(settings.http),  # the replicas' protocol: deadlines, a connection cap
             lifespan="on",
             log_level=settings.log_level,
             access_log=False,
