@@ -79,10 +79,13 @@ class Exchange:
         "more_body",
         "scope",
         "started",
+        "transport",
     )
 
-    def __init__(self, connection: GymHttpProtocol, scope: Scope, *, keep_alive: bool, expect_continue: bool):
+    def __init__(self, connection: GymHttpProtocol, scope: Scope, keep_alive: bool, expect_continue: bool):
+        assert connection.transport is not None
         self.connection = connection
+        self.transport = connection.transport
         self.scope = scope
         self.keep_alive = keep_alive  # False: the connection closes once this response is sent
         self.more_body = True  # the request's body has not all arrived
@@ -108,11 +111,13 @@ class Exchange:
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES:
             self.connection.pause_reading()
-        self._wake()
+        if self._waiter is not None:
+            self._wake()
 
     def end_of_body(self) -> None:
         self.more_body = False
-        self._wake()
+        if self._waiter is not None:
+            self._wake()
 
     def disconnect(self) -> None:
         """The connection is gone: a pending `receive` returns `http.disconnect`, `send` does nothing."""
@@ -151,15 +156,16 @@ class Exchange:
     async def receive(self) -> Message:
         if self._expect_continue:
             self._expect_continue = False
-            if not self.started and not self.connection.closing():
-                self.connection.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if not self.started and not self.transport.is_closing():
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         while True:
             if self.disconnected or self.complete:
                 return {"type": "http.disconnect"}
             if self._chunks or (not self.more_body and not self._delivered_last):
                 chunks, self._chunks, self._buffered = self._chunks, [], 0
                 self._delivered_last = not self.more_body
-                self.connection.resume_reading()
+                if self.connection.read_paused:
+                    self.connection.resume_reading()
                 return {"type": "http.request", "body": b"".join(chunks), "more_body": self.more_body}
             # More body to come, or (all of it delivered) the end of the exchange.
             self.connection.resume_reading()
@@ -183,7 +189,7 @@ class Exchange:
             self.started = True
             self._expect_continue = False
             if self._left is None:  # a stream: its head goes now, its chunks whenever they come
-                connection.write(head)
+                self.transport.write(head)
             else:  # a body of known length follows at once (Starlette's responses): one write for both
                 self._head = head
             return
@@ -199,7 +205,7 @@ class Exchange:
         """The status line and headers; sets the body's framing (length, chunked) and keep-alive."""
         lines = [
             b"%s: %s\r\n" % (name.lower(), value)
-            for name, value in (*self.connection.default_headers(), *headers)
+            for name, value in (*self.connection.server_state.default_headers, *headers)
         ]
         block = b"".join(lines)
         # A CR or LF inside a name or value would add a line of its own: as many line ends as headers.
@@ -241,21 +247,21 @@ class Exchange:
                 raise RuntimeError("Response content longer than Content-Length")
             self._left -= len(body)
         head, self._head = self._head, None
-        connection = self.connection
         if head is None:
             if body:
-                connection.write(body)
+                self.transport.write(body)
         elif len(body) < _COPY_BELOW_BYTES:
-            connection.write(head + body)
+            self.transport.write(head + body)
         else:
-            connection.writelines((head, body))
+            self.transport.writelines((head, body))
         if more_body:
             return
         if self._left:
             raise RuntimeError("Response content shorter than Content-Length")
         self.complete = True
-        self._wake()
-        connection.response_complete(self)
+        if self._waiter is not None:
+            self._wake()
+        self.connection.response_complete(self)
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -52,6 +52,7 @@ _RETRY_AFTER_S = 1
 _TIMER_SLACK_S = 0.001
 
 _Phase = Literal["head", "body", "app", "idle"]
+_ASGI_VERSION = {"version": "3.0", "spec_version": "2.3"}
 
 
 def http_protocol(limits: HttpSettings) -> type[GymHttpProtocol]:
@@ -83,9 +84,10 @@ class GymHttpProtocol(asyncio.Protocol):
         # Answer the first of pipelined requests sent after `Connection: close` instead of failing them all.
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
         self.transport: asyncio.Transport | None = None
-        self.scope_base: dict[str, Any] = {}
+        self.server_address: tuple[str, int] | None = None
+        self.client_address: tuple[str, int] | None = None
         self.write_paused = False
-        self._read_paused = False
+        self.read_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._upgraded = False
         # The request being parsed: its URL and headers until its head is complete, then its exchange.
@@ -115,14 +117,8 @@ class GymHttpProtocol(asyncio.Protocol):
         connections.add(self)  # type: ignore[arg-type]  # uvicorn types the set with its own protocols
         if len(connections) > self.limits.max_connections:
             self.app = _too_many_connections(self.limits.max_connections)
-        self.scope_base = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "scheme": "http",
-            "server": _address(transport.get_extra_info("sockname")),
-            "client": _address(transport.get_extra_info("peername")),
-            "root_path": self.root_path,
-        }
+        self.server_address = _address(transport.get_extra_info("sockname"))
+        self.client_address = _address(transport.get_extra_info("peername"))
         self._enter("head")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -197,23 +193,24 @@ class GymHttpProtocol(asyncio.Protocol):
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
+        root_path = self.root_path
         scope = {
-            **self.scope_base,
+            "type": "http",
+            "asgi": _ASGI_VERSION,
             "http_version": http_version,
+            "server": self.server_address,
+            "client": self.client_address,
+            "scheme": "http",
             "method": parser.get_method().decode("ascii"),
-            "path": self.root_path + path,
-            "raw_path": self.root_path.encode("ascii") + raw_path if self.root_path else raw_path,
+            "root_path": root_path,
+            "path": root_path + path if root_path else path,
+            "raw_path": root_path.encode("ascii") + raw_path if root_path else raw_path,
             "query_string": url.query or b"",
             "headers": self._headers,
             "state": self.app_state.copy(),
         }
-        exchange = Exchange(
-            self,
-            scope,
-            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
-            expect_continue=self._expect_continue,
-        )
-        self._current = exchange
+        keep_alive = http_version != "1.0" and parser.should_keep_alive()
+        exchange = self._current = Exchange(self, scope, keep_alive, self._expect_continue)
         self._head_done = True
         active = self._active
         if active is None or active.complete:
@@ -233,18 +230,6 @@ class GymHttpProtocol(asyncio.Protocol):
 
     # The exchanges' side
 
-    def default_headers(self) -> list[tuple[bytes, bytes]]:
-        """`Date` (and `Server` if configured), kept current by uvicorn's main loop."""
-        return self.server_state.default_headers
-
-    def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def writelines(self, data: tuple[bytes, bytes]) -> None:
-        assert self.transport is not None
-        self.transport.writelines(data)
-
     def closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
@@ -260,13 +245,14 @@ class GymHttpProtocol(asyncio.Protocol):
             await asyncio.shield(self._drained)
 
     def pause_reading(self) -> None:
-        if not self._read_paused and self.transport is not None:
-            self._read_paused = True
+        if not self.read_paused and self.transport is not None:
+            self.read_paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._read_paused and self.transport is not None:
-            self._read_paused = False
+        """Read from the socket again (callers look at `read_paused` first: this is the hot path's)."""
+        if self.read_paused and self.transport is not None:
+            self.read_paused = False
             self.transport.resume_reading()
 
     def response_complete(self, exchange: Exchange) -> None:
@@ -275,9 +261,10 @@ class GymHttpProtocol(asyncio.Protocol):
         if not exchange.keep_alive:
             self.close()
             return
-        if self.closing():
+        if self.transport is None or self.transport.is_closing():
             return
-        self.resume_reading()
+        if self.read_paused:
+            self.resume_reading()
         if self._pipeline:
             self._start(self._pipeline.popleft())
         self._settle_phase()
@@ -340,12 +327,13 @@ class GymHttpProtocol(asyncio.Protocol):
         detail = f"the request is not valid HTTP/1.1: {reason}"
         body = orjson.dumps(problem_body(400, "malformed-http", "Malformed HTTP request", detail))
         head = [b"HTTP/1.1 400 Bad Request\r\n"]
-        head += [b"%s: %s\r\n" % header for header in self.default_headers()]
+        head += [b"%s: %s\r\n" % header for header in self.server_state.default_headers]
         head.append(
             b"content-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
             % (PROBLEM_MEDIA_TYPE.encode(), len(body))
         )
-        self.write(b"".join(head) + body)
+        assert self.transport is not None
+        self.transport.write(b"".join(head) + body)
         self.close()
 
     # Deadlines
