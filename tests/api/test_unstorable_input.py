@@ -16,6 +16,8 @@ import pytest
 from conftest import AppHarness
 from gymtest import assert_problem, call, open_counter, wait_for_rollout
 
+from gym_server.core.jsontext import refuse_unstorable
+
 LONE = '"half a pair \\ud800"'  # the JSON text of a string with a lone surrogate
 LOW_FIRST = '"\\udc00\\ud800"'  # both halves, in the wrong order
 DEEP = "[" * 250 + "]" * 250
@@ -134,3 +136,24 @@ async def test_what_the_store_can_keep_is_stored_as_sent(gym: AppHarness) -> Non
     assert stored["run"] == "r" * 255
     assert stored["policy"] == {"model": "m" * 255, "temperature": 1e308}
     assert stored["metadata"] == {"nul": "a\u0000b", "emoji": "\U0001f9ea", "nested": nested}
+
+
+@pytest.mark.parametrize(
+    ("raw", "refused"),
+    [
+        (b'{"a": 1e400}', True),
+        (b'{"a": -2.5E+0400}', True),
+        (b'{"a": [0, 7e00309]}', True),
+        (b'{"a": 1' + b"0" * 309 + b".0}", True),  # 309 digits, no exponent: infinity as a float
+        (b'{"a": 1e308, "b": -1e-400, "c": "e400 1e999 in text"}', False),
+        (b'{"e123": "E+999", "a": 12e99}', False),
+    ],
+)
+def test_an_out_of_range_number_is_found_however_it_is_spelled(raw: bytes, refused: bool) -> None:
+    """`refuse_unstorable`'s scan only hints; each spelling of a number past a double is still refused,
+    and look-alikes (in strings, negative exponents) pass."""
+    if refused:
+        with pytest.raises(json.JSONDecodeError, match="double"):
+            refuse_unstorable(raw)
+    else:
+        refuse_unstorable(raw)
