@@ -64,9 +64,8 @@ class Exchange:
     """
 
     __slots__ = (
-        "_buffered",
+        "_body",
         "_chunked",
-        "_chunks",
         "_delivered_last",
         "_expect_continue",
         "_head",
@@ -93,8 +92,10 @@ class Exchange:
         self.complete = False  # the app sent the response's last body message
         self.disconnected = False  # the connection was lost before the response was complete
         self._expect_continue = expect_continue  # `Expect: 100-continue`, not answered yet
-        self._chunks: list[bytes] = []  # body received, not yet handed to the app
-        self._buffered = 0
+        # Body received, not yet handed to the app: the one read's bytes as they came, or a bytearray
+        # the later reads are appended to (a large one is then one block, which glibc maps and unmaps on
+        # its own, rather than dozens of 64 KiB pieces kept in the heap between other objects).
+        self._body: bytes | bytearray = b""
         self._delivered_last = False  # the app got the body's last message
         self._waiter: asyncio.Future[None] | None = None  # `receive` waiting for bytes or the end
         self._head: bytes | None = None  # the response's head, not written yet
@@ -107,9 +108,14 @@ class Exchange:
         """Request body bytes from the parser (dropped once the response is complete)."""
         if self.complete:
             return
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > HIGH_WATER_BYTES:
+        buffered = self._body
+        if not buffered:
+            self._body = buffered = body
+        else:
+            if isinstance(buffered, bytes):
+                self._body = buffered = bytearray(buffered)
+            buffered += body
+        if len(buffered) > HIGH_WATER_BYTES:
             self.connection.pause_reading()
         if self._waiter is not None:
             self._wake()
@@ -161,12 +167,13 @@ class Exchange:
         while True:
             if self.disconnected or self.complete:
                 return {"type": "http.disconnect"}
-            if self._chunks or (not self.more_body and not self._delivered_last):
-                chunks, self._chunks, self._buffered = self._chunks, [], 0
+            if self._body or (not self.more_body and not self._delivered_last):
+                body, self._body = self._body, b""
                 self._delivered_last = not self.more_body
                 if self.connection.read_paused:
                     self.connection.resume_reading()
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": self.more_body}
+                data = bytes(body) if isinstance(body, bytearray) else body
+                return {"type": "http.request", "body": data, "more_body": self.more_body}
             # More body to come, or (all of it delivered) the end of the exchange.
             self.connection.resume_reading()
             self._waiter = self.connection.loop.create_future()
