@@ -35,14 +35,21 @@ MAX_DEPTH = 200
 # backslashes too, so that `\\ud800` (a backslash, then text) is not taken for one.
 _SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
 _ESCAPES = re.compile(rb"\\\\|\\u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
-# A number a double cannot hold: a digit's exponent of three digits or more, or a run of 309 digits. Two
-# searches, not one alternation, which Python's `re` cannot scan ahead for: a step's body 2.2 -> 0.7 µs.
+# A number a double cannot hold: a digit's exponent of three digits or more, or a run of 309 digits.
 _OVERFLOW_HINTS = (re.compile(rb"[0-9][eE]\+?0*[1-9][0-9]{2}"), re.compile(rb"[0-9]{309}"))
+# Digits and `+` read as `0`, `E` as `e`: an exponent can then only be where `0e0` is.
+_EXPONENT_SHAPE = bytes.maketrans(b"123456789+E", b"0000000000e")
 
 
 def _may_overflow(data: bytes) -> bool:
-    """Whether `data` may hold a number beyond a double's range (a hint: the parsed value decides)."""
-    return any(hint.search(data) is not None for hint in _OVERFLOW_HINTS)
+    """Whether `data` may hold a number beyond a double's range (a hint: the parsed value decides).
+
+    The regular expressions run only where a cheaper look finds an exponent or a long enough body: on a
+    busy server, between two requests, the `re` engine's code is cold and a search costs microseconds
+    even on a short body (docs/benchmarks.md, "Round 7"), where `translate` and `in` cost little."""
+    if b"0e0" in data.translate(_EXPONENT_SHAPE) and _OVERFLOW_HINTS[0].search(data) is not None:
+        return True
+    return len(data) >= 309 and _OVERFLOW_HINTS[1].search(data) is not None
 
 
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
@@ -112,7 +119,7 @@ def loads_strict(raw: bytes | str) -> Any:
 
 def _lone_surrogate_at(raw: bytes) -> int | None:
     """The offset of the first escaped UTF-16 surrogate in `raw` that is not half of a pair, if any."""
-    if _SURROGATE_HINT.search(raw) is None:  # nearly every body: one C-speed scan
+    if b"\\u" not in raw or _SURROGATE_HINT.search(raw) is None:  # nearly every body: no `\u` at all
         return None
     high_at = -1  # offset of a high surrogate waiting for its low half, which must follow at once
     for match in _ESCAPES.finditer(raw):
