@@ -26,7 +26,10 @@ import pydantic_core
 
 __all__ = ["MAX_DEPTH", "dumps", "holds_non_finite", "loads", "loads_strict", "refuse_unstorable"]
 
-_LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
+# Every digit read as `0`: a run of digits is then a plain substring (`in`), cheaper than a regular
+# expression, whose engine is cold between two requests on a busy server (docs/benchmarks.md, "Round 7").
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_INTEGER = b"0" * 19  # an integer orjson cannot read exactly may be this long
 # The deepest nesting a body may have: pydantic's JSON parser (every fast-path body) stops at this
 # depth, and orjson writes 254 levels at most, so whatever a body holds, nested in a trajectory's
 # columns, can be written.
@@ -36,7 +39,8 @@ MAX_DEPTH = 200
 _SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
 _ESCAPES = re.compile(rb"\\\\|\\u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
 # A number a double cannot hold: a digit's exponent of three digits or more, or a run of 309 digits.
-_OVERFLOW_HINTS = (re.compile(rb"[0-9][eE]\+?0*[1-9][0-9]{2}"), re.compile(rb"[0-9]{309}"))
+_LARGE_EXPONENT = re.compile(rb"[0-9][eE]\+?0*[1-9][0-9]{2}")
+_DOUBLE_DIGITS = b"0" * 309
 # Digits and `+` read as `0`, `E` as `e`: an exponent can then only be where `0e0` is.
 _EXPONENT_SHAPE = bytes.maketrans(b"123456789+E", b"0000000000e")
 
@@ -44,12 +48,12 @@ _EXPONENT_SHAPE = bytes.maketrans(b"123456789+E", b"0000000000e")
 def _may_overflow(data: bytes) -> bool:
     """Whether `data` may hold a number beyond a double's range (a hint: the parsed value decides).
 
-    The regular expressions run only where a cheaper look finds an exponent or a long enough body: on a
-    busy server, between two requests, the `re` engine's code is cold and a search costs microseconds
-    even on a short body (docs/benchmarks.md, "Round 7"), where `translate` and `in` cost little."""
-    if b"0e0" in data.translate(_EXPONENT_SHAPE) and _OVERFLOW_HINTS[0].search(data) is not None:
+    One `translate` and two `in` look for the shape first; the regular expression runs only where an
+    exponent may be (see `_DIGITS_AS_ZERO` for why)."""
+    shape = data.translate(_EXPONENT_SHAPE)
+    if b"0e0" in shape and _LARGE_EXPONENT.search(data) is not None:
         return True
-    return len(data) >= 309 and _OVERFLOW_HINTS[1].search(data) is not None
+    return len(data) >= len(_DOUBLE_DIGITS) and _DOUBLE_DIGITS in shape
 
 
 def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
@@ -73,7 +77,7 @@ def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
 def loads(raw: bytes | str) -> Any:
     """Parse JSON written by `dumps` (or anyone), keeping integers of any size exact."""
     data = raw.encode() if isinstance(raw, str) else raw
-    if _LONG_DIGIT_RUN.search(data):
+    if len(data) >= len(_LONG_INTEGER) and _LONG_INTEGER in data.translate(_DIGITS_AS_ZERO):
         return json.loads(data)
     return orjson.loads(data)
 

@@ -47,7 +47,7 @@ def name_problem(field: str, name: str) -> str | None:
     """Why the store could not keep `name` in a name column, or None when it can."""
     if len(name) > NAME_MAX_CHARS:
         return f"{field} is {len(name)} characters long, over the store's {NAME_MAX_CHARS}"
-    if _CONTROL.search(name):
+    if not (name.isascii() and name.isprintable()) and _CONTROL.search(name):  # ASCII: printable = none
         return f"{field} holds a control character, which the store cannot keep"
     return None
 
