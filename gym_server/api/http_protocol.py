@@ -2,10 +2,10 @@
 slow clients need, and the hand-off of a WebSocket upgrade to uvicorn's WebSocket protocol.
 
 uvicorn still runs the server (sockets, signals, lifespan, graceful shutdown, the `Date` header); this
-protocol replaces its `HttpToolsProtocol`, which spent about a third of the gym's server CPU per request
-beyond what a request needs (docs/benchmarks.md, "Round 7"): two writes per response, a timer armed and
-cancelled per request, an `asyncio.Event` and a regex pair per header. Here a response is one write
-(`http_exchange`), and one timer per connection carries every deadline:
+protocol replaces its `HttpToolsProtocol`, which costs about 13 % more server CPU per request
+(`benchmarks/http_floor.py`; docs/benchmarks.md, "Round 7"): two writes per response, a timer armed and
+cancelled per request, an `asyncio.Event`, a regex pair per header. Here a response of known length is
+one write (`http_exchange`), and one timer per connection carries every deadline:
 
 - the head deadline, `header_timeout_s`: from the connection's opening, or a later request's first byte,
   to the end of that request's head;
