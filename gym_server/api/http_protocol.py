@@ -97,9 +97,8 @@ class GymHttpProtocol(asyncio.Protocol):
         self._parsing = False  # between a request's first byte and its end
         self._head_done = False  # the request being parsed has its whole head
         self._begun = 0  # requests begun on this connection
-        self._clocked = (
-            1  # the request the head or body clock times (the first: from the connection's opening)
-        )
+        # The request the head or body clock times; the first one's runs from the connection's opening.
+        self._clocked = 1
         self._current: Exchange | None = None  # the newest request's exchange (it receives body bytes)
         self._active: Exchange | None = None  # the exchange the app answers now (or answered last)
         self._pipeline: deque[Exchange] = deque()  # whole requests waiting for the active one to end
