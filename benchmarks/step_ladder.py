@@ -3,14 +3,15 @@
 `sessions.py` measures the whole server under load; a profiler says which functions are hot but inflates
 small calls. This script builds the real app (`create_app`, SQLite in a temporary directory, its lifespan
 run) and times one step request entering it at each layer in turn, from the outside in, on the event
-loop, with no socket: the ASGI app as uvicorn calls it, the middleware stack below FastAPI's `__call__`,
-each middleware below it, the session fast path, the manager's `step`, the environment's `step`. The
-difference between two rungs is what the layer between them costs per step. What uvicorn itself does per
-request (parsing HTTP, building the scope, writing the answer) is outside the app and is not counted
-here: `sessions.py`'s floor (a bare Starlette app on the same server) shows it; the last rung times
-that floor app's own handling of the same request in process, for scale. Then an episode's create and
-close (the rest of its server CPU, with the acknowledged commits) are measured apart: CPU time of the
-event loop's thread and of the store's writer thread per create + close, `--episode-clients` at once.
+loop, with no socket: the ASGI app as uvicorn calls it, the gym's front (its stages in
+turn), the session fast path's answer, the manager's `step`, the environment's
+`step`. The difference between two rungs is what the layer between them costs per step. What the HTTP
+server itself does per request (parsing HTTP, building the scope, writing the answer) is outside the app
+and is not counted here: `sessions.py`'s floor (a bare Starlette app on the same server) shows it; the
+last rung times that floor app's own handling of the same request in process, for scale. Then an
+episode's create and close (the rest of its server CPU, with the acknowledged commits) are measured
+apart: CPU time of the event loop's thread and of the store's writer thread per create + close,
+`--episode-clients` at once.
 
 The rungs take turns, `--rounds` times `--steps` steps each (a fresh `counter` session every 8 steps,
 its create and close not timed); each session's 8 steps are one sample, and a rung reports the lower
@@ -94,15 +95,16 @@ class _Sink:
             self.status = message["status"]
 
 
-def _middleware_chain(app: Any) -> list[tuple[str, Asgi]]:
-    """(name, callable) from the outermost middleware (the gym's own in front of FastAPI where the tree
-    has them there, else FastAPI's built stack) down to the first with no `.app`."""
-    chain: list[tuple[str, Asgi]] = []
-    layer = getattr(app, "front", None) or app.middleware_stack
-    while layer is not None:
-        chain.append((type(layer).__name__, layer))
-        layer = getattr(layer, "app", None)
-    return chain
+def _front_rungs(app: Any) -> list[tuple[str, Asgi]]:
+    """(name, callable): the gym's front (its server-error handling and stages), then the session fast
+    path's answer, the app its stage returns for a step."""
+    front = app.front
+    fast = next(stage for stage in front.stages if type(stage).__name__ == "SessionFastPath")
+
+    async def fast_path(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await fast.take(scope, front.app)(scope, receive, send)
+
+    return [("the front (its stages in turn)", front), ("SessionFastPath's answer", fast_path)]
 
 
 async def _sample_rung(
@@ -132,7 +134,6 @@ async def ladder(
     rungs: list[tuple[str, float]] = []
     async with app.router.lifespan_context(app):
         manager: SessionManager = app.state.manager
-        app.middleware_stack = app.middleware_stack or app.build_middleware_stack()
 
         def through(asgi: Asgi) -> Callable[[str], Awaitable[None]]:
             return _step_through(asgi, app)
@@ -140,10 +141,8 @@ async def ladder(
         targets: list[tuple[str, Callable[[str], Awaitable[None]]]] = [
             ("the app as uvicorn calls it (FastAPI.__call__)", through(app))
         ]
-        for name, layer in _middleware_chain(app):
+        for name, layer in _front_rungs(app):
             targets.append((f"{name} and below", through(layer)))
-            if name == "SessionFastPath":
-                break
 
         async def manager_step(session_id: str) -> None:
             body = parse_body(STEP_BODY, StepRequest)

@@ -1,4 +1,4 @@
-"""`create_app`: wires settings, registry, store, session manager, routers, middleware and lifespan.
+"""`create_app`: wires settings, registry, store, session manager, routers, the front and lifespan.
 
 Nothing here handles a request; it only assembles the parts. Tests call `create_app(Settings(...))`.
 """
@@ -17,26 +17,27 @@ from fastapi_offline import FastAPIOffline
 from starlette.routing import BaseRoute
 
 from gym_server import __version__
-from gym_server.api.front import move_middleware_in_front
-from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
-from gym_server.api.limits import BodyLimitMiddleware
-from gym_server.api.media_type import JsonBodyMiddleware
+from gym_server.api.body_guard import BodyGuard
+from gym_server.api.front import serve_through_front
+from gym_server.api.host_guard import HostGuard, HostPolicy
 from gym_server.api.routers import environments, gateway, health, rollout_runs, rollouts, sessions, verify
 from gym_server.auth import ui_login
 from gym_server.auth.keytable import KeyTable
-from gym_server.auth.middleware import AuthGate, AuthMiddleware
+from gym_server.auth.middleware import AuthGate, AuthGuard
 from gym_server.auth.mode import auth_enabled, warn_if_exposed
 from gym_server.auth.policy import UI_LOGIN, UI_LOGOUT
 from gym_server.auth.quotas import TenantQuotas
 from gym_server.auth.ui_sessions import UiSessions
+from gym_server.core.asgi import Stage
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.core.looplag import InFlightMiddleware, LoopLagMonitor
+from gym_server.core.looplag import LoopLagMonitor
 from gym_server.core.problems import install_error_handlers
 from gym_server.core.settings import Settings, get_settings
 from gym_server.gateway.service import Gateways
 from gym_server.protocols import mcp as mcp_facade
-from gym_server.protocols import nemo_gym as nemo_gym_facade
 from gym_server.protocols import openenv as openenv_facade
+from gym_server.protocols.nemo_gym import NemoGymRoutes
+from gym_server.protocols.openenv import OpenEnvFastPath
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
@@ -141,26 +142,27 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.loop_lag = loop_lag
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
-    nemo_gym_facade.mount(app)  # /v1/environments/{env}/nemo-gym/{route}, inside every check below
-    app.add_middleware(sessions.SessionFastPath)  # added first, so it runs inside the body limit
-    app.add_middleware(gateway.GatewayFastPath)  # an agent's chat calls, inside the body limit too
-    # /v1/environments/{env}/openenv/{ws,reset,step,state} and its step's fast path, inside the body
-    # limit too; its routes before the catalog's GET /v1/environments/{env:path}, which would take them.
+    # OpenEnv's routes before the catalog's GET /v1/environments/{env:path}, which would take them.
     openenv_facade.mount(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
-    # A body that is not JSON is never read, but the /ui login and logout forms' (guarded by the gate).
-    app.add_middleware(JsonBodyMiddleware, form_paths=frozenset({UI_LOGIN, UI_LOGOUT}))
-    app.add_middleware(AuthMiddleware, gate=gate)  # nothing inside runs for a request it refuses
-    # A stall of the loop names every request in flight, refused ones included.
-    app.add_middleware(InFlightMiddleware, monitor=loop_lag)
-    # outermost: a request for a host this server is not (DNS rebinding), or a cross-origin state change
-    app.add_middleware(HostGuardMiddleware, policy=HostPolicy.from_settings(settings))
     for module in (environments, sessions, gateway, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
     mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static
-    # The middleware above runs in front of FastAPI's own layers, which cost more than a fast path's step.
-    return move_middleware_in_front(app)
+    # In front of FastAPI's own layers, which cost more than a fast path's step; in this order.
+    stages: list[Stage] = [
+        # a request for a host this server is not (DNS rebinding), or a cross-origin state change
+        HostGuard(HostPolicy.from_settings(settings)),
+        AuthGuard(gate),  # nothing after it runs for a request it refuses
+        # A body that is not JSON or over the limit is never read; the /ui login and logout forms are
+        # not JSON (the gate guards them).
+        BodyGuard(settings.limits.max_body_bytes, form_paths=frozenset({UI_LOGIN, UI_LOGOUT})),
+        sessions.SessionFastPath(),  # the native episode first: the hot path of most clients
+        gateway.GatewayFastPath(),  # an agent's chat calls (the session fast path leaves their paths)
+        OpenEnvFastPath(),  # /v1/environments/{env}/openenv/{reset,step}
+        NemoGymRoutes(),  # /v1/environments/{env}/nemo-gym/{route}
+    ]
+    # A stall of the loop names every request in flight, refused ones included (`loop_lag`).
+    return serve_through_front(app, stages, loop_lag)
 
 
 async def _warm_catalog(registry: Registry, settings: Settings, stack: AsyncExitStack) -> None:

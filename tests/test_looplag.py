@@ -13,7 +13,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gym_server.core.looplag import InFlightMiddleware, LoopLagMonitor
+from gym_server.api.front import Front
+from gym_server.core.looplag import LoopLagMonitor
 
 STALL_S = 0.4
 
@@ -28,7 +29,7 @@ async def test_a_stall_is_exported_and_names_the_request_in_flight(caplog: pytes
     registry = CollectorRegistry()
     registry.register(monitor)
     app = Starlette(routes=[Route("/slow/{name}", stall)])
-    wrapped = InFlightMiddleware(app, monitor)
+    wrapped = Front([], app, monitor)  # the front keeps the table of requests in flight
     monitor.start()
     await asyncio.sleep(0.05)  # the monitor is waiting on its timer when the stall begins
     try:
@@ -60,7 +61,7 @@ async def test_a_stall_is_exported_and_names_the_request_in_flight(caplog: pytes
 async def test_no_request_in_flight_after_it_ends() -> None:
     monitor = LoopLagMonitor()
     app = Starlette(routes=[Route("/ok", lambda request: PlainTextResponse("ok"))])
-    transport = httpx.ASGITransport(app=InFlightMiddleware(app, monitor))
+    transport = httpx.ASGITransport(app=Front([], app, monitor))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         await client.get("/ok")
         await client.get("/missing")

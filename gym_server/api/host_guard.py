@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,7 +33,7 @@ from gym_server.core.errors import GymError
 from gym_server.core.problems import gym_error_problem
 from gym_server.core.settings import Settings
 
-__all__ = ["CrossOriginRefused", "HostGuardMiddleware", "HostPolicy", "MisdirectedRequest"]
+__all__ = ["CrossOriginRefused", "HostGuard", "HostPolicy", "MisdirectedRequest"]
 
 _STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -135,18 +136,18 @@ class HostPolicy:
         return value in self.origins
 
 
-class HostGuardMiddleware:
-    """ASGI middleware applying a `HostPolicy` to HTTP requests and WebSocket handshakes (see above)."""
+class HostGuard:
+    """A stage of the gym's front (`core.asgi.Stage`) applying a `HostPolicy` to HTTP requests and
+    WebSocket handshakes (see above)."""
 
-    def __init__(self, app: ASGIApp, policy: HostPolicy) -> None:
-        self.app = app
+    def __init__(self, policy: HostPolicy) -> None:
         self.policy = policy
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
+        """None for a request the policy lets through, else the app that refuses it."""
         kind = scope["type"]
         if kind != "http" and kind != "websocket":
-            await self.app(scope, receive, send)
-            return
+            return None
         host: bytes | None = None
         origin: bytes | None = None
         for name, value in scope["headers"]:
@@ -169,9 +170,8 @@ class HostGuardMiddleware:
                 "its operator can allow it with GYM_HTTP__ALLOWED_ORIGINS"
             )
         else:
-            await self.app(scope, receive, send)
-            return
-        await _refuse(scope, receive, send, error)
+            return None
+        return partial(_refuse, error=error)
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, error: GymError) -> None:

@@ -1,4 +1,4 @@
-"""The auth gate: an ASGI middleware in front of every route, fast path and protocol facade.
+"""The auth gate: a stage of the gym's front, before every route, fast path and protocol facade.
 
 Per request, from memory only (no database round trip): the scope the path needs (`policy`), the
 principal of the bearer key (`KeyTable`) or of the /ui login cookie (`UiSessions`), the scope check, the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import parse_qs, quote
 
 from starlette.requests import ClientDisconnect, cookie_parser
@@ -39,7 +40,7 @@ from gym_server.core.asgi import read_body, replay_body
 from gym_server.core.errors import GymError
 from gym_server.core.problems import gym_error_problem
 
-__all__ = ["AuthGate", "AuthMiddleware", "same_origin"]
+__all__ = ["AuthGate", "AuthGuard", "same_origin"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _FORM = b"application/x-www-form-urlencoded"
@@ -82,42 +83,38 @@ def _cookie(scope: AsgiScope) -> str | None:
     return None
 
 
-class AuthMiddleware:
-    """See the module docstring."""
+class AuthGuard:
+    """The gate as a stage of the gym's front (`core.asgi.Stage`); see the module docstring."""
 
-    def __init__(self, app: ASGIApp, gate: AuthGate) -> None:
-        self.app = app
+    def __init__(self, gate: AuthGate) -> None:
         self.gate = gate
 
-    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        state = scope.setdefault("state", {})
-        state["principal"] = None
+    def take(self, scope: AsgiScope, rest: ASGIApp) -> ASGIApp | None:
+        """None for a request that needs no key (or with the gate off), else the app that serves it as
+        its principal's tenant, or refuses it."""
+        kind = scope["type"]
+        if kind != "http" and kind != "websocket":
+            return None
+        scope.setdefault("state", {})["principal"] = None
         if not self.gate.enabled:
-            await self.app(scope, receive, send)
-            return
-        need = required_scope(scope.get("method", "GET"), scope["path"])
+            return None
+        method = scope.get("method", "GET")
+        need = required_scope(method, scope["path"])
         if need is PUBLIC:
-            await self.app(scope, receive, send)
-            return
+            return None
         try:
-            principal, receive = await self._admit(scope, receive, need)
+            principal, by_cookie = self._identify(scope, need)
+            if by_cookie and method not in _SAFE_METHODS:
+                return partial(self._after_csrf_check, principal=principal, rest=rest)
+            self.gate.quotas.take_request(principal.tenant)
         except GymError as exc:
-            await self._refuse(scope, receive, send, exc)
-            return
-        state["principal"] = principal
-        token = current_tenant.set(principal.tenant)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            current_tenant.reset(token)
+            return partial(self._refuse, exc=exc)
+        scope["state"]["principal"] = principal
+        return partial(_as_tenant, tenant=principal.tenant, app=rest)
 
-    async def _admit(
-        self, scope: AsgiScope, receive: Receive, need: Scope | Requirement
-    ) -> tuple[Principal, Receive]:
-        """The request's principal, after the scope, CSRF and rate checks; raises the refusal."""
+    def _identify(self, scope: AsgiScope, need: Scope | Requirement) -> tuple[Principal, bool]:
+        """The request's principal, and whether a /ui login cookie named it; raises the refusal of a
+        request with no valid key or login, or one whose key lacks the scope."""
         bearer = _bearer(scope)
         principal: Principal | None = None
         by_cookie = False
@@ -134,10 +131,21 @@ class AuthMiddleware:
             raise Unauthorized()
         if isinstance(need, Scope) and not principal.allows(need):
             raise Forbidden(f"this key lacks the {need!s} scope this request needs")
-        if by_cookie and scope.get("method", "GET") not in _SAFE_METHODS:
+        return principal, by_cookie
+
+    async def _after_csrf_check(
+        self, scope: AsgiScope, receive: Receive, send: Send, *, principal: Principal, rest: ASGIApp
+    ) -> None:
+        """A cookie-authenticated state change: served only with the login's CSRF token (which may be a
+        field of its form body, read here and replayed)."""
+        try:
             receive = await self._check_csrf(scope, receive)
-        self.gate.quotas.take_request(principal.tenant)
-        return principal, receive
+            self.gate.quotas.take_request(principal.tenant)
+        except GymError as exc:
+            await self._refuse(scope, receive, send, exc)
+            return
+        scope["state"]["principal"] = principal
+        await _as_tenant(scope, receive, send, tenant=principal.tenant, app=rest)
 
     async def _check_csrf(self, scope: AsgiScope, receive: Receive) -> Receive:
         """Refuse a cookie-authenticated state change without the login's CSRF token or from elsewhere."""
@@ -172,3 +180,12 @@ class AuthMiddleware:
         else:
             response = gym_error_problem(exc, instance=scope["path"])
         await response(scope, receive, send)
+
+
+async def _as_tenant(scope: AsgiScope, receive: Receive, send: Send, *, tenant: str, app: ASGIApp) -> None:
+    """`app` serving the request with `current_tenant` set to the principal's tenant."""
+    token = current_tenant.set(tenant)
+    try:
+        await app(scope, receive, send)
+    finally:
+        current_tenant.reset(token)

@@ -1,11 +1,30 @@
-"""Raw ASGI helpers for the middleware that reads a body before deciding who answers the request."""
+"""Raw ASGI helpers for the gym's front (`Stage`) and the fast paths that read a body before deciding
+who answers the request."""
 
 from __future__ import annotations
 
-from starlette.requests import ClientDisconnect
-from starlette.types import Message, Receive, Scope, Send
+from typing import Protocol
 
-__all__ = ["has_json_content_type", "read_body", "replay_body", "send_json"]
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["Stage", "has_json_content_type", "read_body", "replay_body", "send_json"]
+
+
+class Stage(Protocol):
+    """One step of the gym's front (`gym_server.api.front.Front`): a check or a fast path.
+
+    A stage decides from the scope alone, without awaiting, whether a request is its business; most
+    requests pass most stages, and then a stage costs one plain call. Work that must await (reading a
+    body to count or check it) belongs in the app it returns.
+    """
+
+    def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
+        """None: the request goes on to the stages after this one as it is (the stage may have noted
+        something in `scope["state"]`). Else the ASGI app that takes the request over: a refusal, a fast
+        path's answer, or work of the stage's own (reading a chunked body, say) that then calls `rest`,
+        the stages after this one and the app behind them."""
+        ...
 
 
 async def read_body(receive: Receive) -> bytes:

@@ -8,8 +8,8 @@ blocking call, an import) delays every other request by as long. The monitor wak
 WARNING naming the requests in flight when the loop stalled and where the loop was stuck: a watchdog
 thread, which runs while the loop is held, samples the loop thread's stack and the requests in flight
 once the loop has been silent past the threshold (the request that stalled it may end before the loop
-next wakes the monitor). The middleware (`InFlightMiddleware`) keeps the in-flight table: a dict insert and
-delete per request.
+next wakes the monitor). The app's front (`gym_server.api.front.Front`) keeps the in-flight table with
+`request_started` and `request_finished`: a dict insert and delete per request.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["BUCKETS", "InFlightMiddleware", "LoopLagMonitor"]
+__all__ = ["BUCKETS", "LoopLagMonitor"]
 
 log = logging.getLogger(__name__)
 
@@ -178,21 +177,3 @@ def _where(frame: object) -> str:
     if ours is not None and ours not in stack[-_STACK_FRAMES:]:
         shown.append(f"... {Path(ours.filename).name}:{ours.lineno} {ours.name}")
     return " <- ".join(shown)
-
-
-class InFlightMiddleware:
-    """Keeps the monitor's table of the HTTP and WebSocket requests being served."""
-
-    def __init__(self, app: ASGIApp, monitor: LoopLagMonitor) -> None:
-        self.app = app
-        self.monitor = monitor
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        token = self.monitor.request_started(scope.get("method", "WS"), scope["path"])
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.monitor.request_finished(token)

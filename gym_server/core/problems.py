@@ -28,6 +28,7 @@ __all__ = [
     "StrictJsonRoute",
     "install_error_handlers",
     "on_gym_error",
+    "on_unexpected_error",
     "parse_body",
     "problem",
     "problem_body",
@@ -162,7 +163,8 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> Response:
+async def on_unexpected_error(request: Request, exc: Exception) -> Response:
+    """The catch-all: a 500 problem+json that names nothing of the error, which is logged instead."""
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(
         500,
@@ -177,4 +179,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(GymError, on_gym_error)
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
-    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_exception_handler(Exception, on_unexpected_error)

@@ -8,7 +8,8 @@ import signal
 import ray
 import uvicorn
 
-from gym_server.api.host_guard import HostGuardMiddleware, HostPolicy
+from gym_server.api.front import Front
+from gym_server.api.host_guard import HostGuard, HostPolicy
 from gym_server.api.http_protocol import http_protocol
 from gym_server.core.settings import Settings
 from gym_server.scale.pool import ReplicaPool
@@ -46,7 +47,7 @@ def serve_on_ray(settings: Settings, scale: RayScaleSettings) -> None:
         pool = ReplicaPool(scale, env, settings.store.resolved_url(), settings.server_name, hosts)
         config = uvicorn.Config(
             # the entry point answers only for its own names, as a replica does (DNS rebinding)
-            HostGuardMiddleware(EntryPoint(pool), HostPolicy.from_settings(settings)),
+            Front([HostGuard(HostPolicy.from_settings(settings))], EntryPoint(pool)),
             host=settings.host,
             port=settings.port,
             loop="uvloop",

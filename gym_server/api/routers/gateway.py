@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from functools import partial
 from typing import Any, cast
 
 import orjson
@@ -105,22 +106,21 @@ class _EventStream(StreamingResponse):
 
 
 class GatewayFastPath:
-    """ASGI middleware serving `POST {base_url}/chat/completions` without FastAPI's routing and layers.
+    """A stage of the gym's front (`core.asgi.Stage`) serving `POST {base_url}/chat/completions` without
+    FastAPI's routing and layers.
 
     A call through the gateway costs the gym two HTTP exchanges, and FastAPI's layers (its middleware
     stack, the match against every route, the endpoint's dependency solving) were about half of the
     gym's CPU per call once the upstream client was cheap (docs/benchmarks.md#episode-gateway). Here the
-    path is split and the route's own function answers: the same checks, errors and answers. The app's
-    middleware in front of it (host guard, auth, media type, body limit) has run already; a request with
-    a root path, another method or path goes on to FastAPI untouched.
+    path is split and the route's own function answers: the same checks, errors and answers. The front's
+    checks before it (host guard, auth, media type, body limit) have run already; a request with a root
+    path, another method or path goes on to FastAPI untouched.
     """
 
     _PREFIX, _SUFFIX = "/v1/sessions/", "/openai/v1/chat/completions"
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
+        """The app answering a chat call through a session's gateway; None for any other request."""
         path: str = scope["path"] if scope["type"] == "http" else ""
         session_id = path[len(self._PREFIX) : -len(self._SUFFIX)]
         if (
@@ -131,14 +131,17 @@ class GatewayFastPath:
             or not session_id
             or "/" in session_id
         ):
-            await self.app(scope, receive, send)
-            return
-        try:
-            raw = await read_body(receive)
-        except ClientDisconnect:
-            return  # the client left before the end of its body: nobody to answer
-        response = await _chat(scope["app"].state.gateways, session_id, raw)
-        await response(scope, receive, send)
+            return None
+        return partial(_chat_fast, session_id=session_id)
+
+
+async def _chat_fast(scope: Scope, receive: Receive, send: Send, *, session_id: str) -> None:
+    try:
+        raw = await read_body(receive)
+    except ClientDisconnect:
+        return  # the client left before the end of its body: nobody to answer
+    response = await _chat(scope["app"].state.gateways, session_id, raw)
+    await response(scope, receive, send)
 
 
 @router.get(f"{_OPENAI}/models", summary="The upstream's models", responses=_OPENAI_ERRORS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -260,7 +261,8 @@ def _plain_create_body(scope: Scope, raw: bytes) -> CreateSessionRequest | None:
 
 
 class SessionFastPath:
-    """ASGI middleware serving the episode's routes (create, step, verify, close) without FastAPI.
+    """A stage of the gym's front (`core.asgi.Stage`) serving the episode's routes (create, step, verify,
+    close) without FastAPI.
 
     FastAPI's routing, dependency solving and middleware cost more than the session work itself; here
     each route is a path split and a call of the function its FastAPI route calls. Whatever this does
@@ -271,60 +273,64 @@ class SessionFastPath:
     propagates to the app's catch-all, as from a route.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
+        """The app serving an episode's create, step, verify or close; None for any other request."""
         path: str = scope["path"] if scope["type"] == "http" else ""
         if not path.startswith(router.prefix) or scope.get("root_path"):
-            await self.app(scope, receive, send)
-            return
-        method, rest = scope["method"], path[len(router.prefix) :]
-        session_id, slash, action = rest[1:].partition("/")
-        work: Awaitable[bytes | None]
-        if rest == "" and method == "POST":
-            try:
-                raw = await read_body(receive)
-            except ClientDisconnect:
-                return  # the client left before the end of its body: nobody to answer, nothing to log
+            return None
+        method, tail = scope["method"], path[len(router.prefix) :]
+        session_id, slash, action = tail[1:].partition("/")
+        if tail == "" and method == "POST":
+            return partial(_serve, "create", "", rest)
+        if not tail.startswith("/") or not session_id or "/" in action:
+            return None
+        if (action == "step" or action == "verify") and method == "POST":
+            return partial(_serve, action, session_id, rest)
+        if not slash and method == "DELETE" and not scope["query_string"]:
+            return partial(_serve, "close", session_id, rest)
+        return None
+
+
+async def _serve(
+    action: str, session_id: str, rest: ASGIApp, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Answer the episode `action` `SessionFastPath` took (or hand a body it cannot take to `rest`)."""
+    manager: SessionManager = scope["app"].state.manager
+    work: Awaitable[bytes | None]
+    if action == "create" or action == "step":
+        try:
+            raw = await read_body(receive)
+        except ClientDisconnect:
+            return  # the client left before the end of its body: nobody to answer, nothing to log
+        if action == "create":
             create = _plain_create_body(scope, raw)
             if create is None or create.gateway is not None:  # a gateway's URLs need the request's base URL
-                await self.app(scope, replay_body(raw, receive), send)
+                await rest(scope, replay_body(raw, receive), send)
                 return
-            work, status_code = _create(scope["app"].state.manager, create), status.HTTP_201_CREATED
-        elif not rest.startswith("/") or not session_id or "/" in action:
-            await self.app(scope, receive, send)
-            return
-        elif action == "step" and method == "POST":
-            try:
-                raw = await read_body(receive)
-            except ClientDisconnect:
-                return
+            work, status_code = _create(manager, create), status.HTTP_201_CREATED
+        else:
             try:
                 step = parse_body(raw, StepRequest)
             except RequestValidationError:
-                await self.app(scope, replay_body(raw, receive), send)
+                await rest(scope, replay_body(raw, receive), send)
                 return
-            work, status_code = _step(scope["app"].state.manager, session_id, step), status.HTTP_200_OK
-        elif action == "verify" and method == "POST":
-            work, status_code = _verify(scope["app"].state.manager, session_id), status.HTTP_200_OK
-        elif not slash and method == "DELETE" and not scope["query_string"]:
-            work, status_code = scope["app"].state.manager.close(session_id), status.HTTP_204_NO_CONTENT
-        else:
-            await self.app(scope, receive, send)
-            return
-        try:
-            body = await work
-        except GymError as exc:
-            await (await on_gym_error(Request(scope), exc))(scope, receive, send)
-            return
-        if body is None:  # as Starlette answers a 204: no content headers
-            await send({"type": "http.response.start", "status": status_code, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": status_code, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+            work, status_code = _step(manager, session_id, step), status.HTTP_200_OK
+    elif action == "verify":
+        work, status_code = _verify(manager, session_id), status.HTTP_200_OK
+    else:
+        work, status_code = manager.close(session_id), status.HTTP_204_NO_CONTENT
+    try:
+        body = await work
+    except GymError as exc:
+        await (await on_gym_error(Request(scope), exc))(scope, receive, send)
+        return
+    if body is None:  # as Starlette answers a 204: no content headers
+        await send({"type": "http.response.start", "status": status_code, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _live_state(session: LiveSession) -> SessionState:

@@ -11,41 +11,32 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from gym_server.protocols.nemo_gym.endpoint import NemoGymEndpoint
 
-__all__ = ["NemoGymRoutes", "mount"]
+__all__ = ["NemoGymRoutes"]
 
 # Environment names may hold a `/` (`reasoning_gym/chain_sum`); a route (a tool name) never does.
 _PATH: Final = re.compile(r"/v1/environments/(?P<env>.+)/nemo-gym/(?P<route>[^/]+)")
+_MARK: Final = "/nemo-gym/"
 
 
 class NemoGymRoutes:
-    """ASGI middleware that answers the NeMo Gym paths itself and passes every other request on.
+    """A stage of the gym's front (`core.asgi.Stage`) answering the NeMo Gym paths itself.
 
     An episode's tool calls are its hot path, as the native steps are theirs (`SessionFastPath`): FastAPI's
     routing over every route of the app cost more than the step, so the paths are matched here.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self) -> None:
         self.endpoint = NemoGymEndpoint()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
+    def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
+        """The endpoint for a NeMo Gym path (its parameters set in the scope); None for any other."""
+        path: str = scope["path"] if scope["type"] == "http" else ""
+        match = _PATH.fullmatch(path) if _MARK in path else None  # most paths never meet the regex
         if match is None:
-            await self.app(scope, receive, send)
-            return
+            return None
         scope["path_params"] = match.groupdict()
-        await self.endpoint(scope, receive, send)
-
-
-def mount(app: FastAPI) -> None:
-    """Serve the NeMo Gym resources-server paths of every environment in `app`.
-
-    Call it before the middleware that must see these requests first (the body limit, the JSON media
-    type check) is added: the middleware added last runs first.
-    """
-    app.add_middleware(NemoGymRoutes)
+        return self.endpoint

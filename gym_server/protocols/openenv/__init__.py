@@ -21,15 +21,15 @@ from gym_server.protocols.openenv.fastpath import OpenEnvFastPath
 from gym_server.protocols.openenv.http import OPENENV_HTTP_PREFIX, router
 from gym_server.protocols.openenv.websocket import openenv_websocket
 
-__all__ = ["OPENENV_PREFIX", "OPENENV_WS_PATH", "mount"]
+__all__ = ["OPENENV_PREFIX", "OPENENV_WS_PATH", "OpenEnvFastPath", "mount"]
 
 OPENENV_PREFIX: Final = OPENENV_HTTP_PREFIX
 OPENENV_WS_PATH: Final = f"{OPENENV_PREFIX}/ws"
 
 
 def mount(app: FastAPI) -> None:
-    """Add the OpenEnv routes to `app`, and the fast path of its HTTP reset and step."""
-    app.add_middleware(OpenEnvFastPath)
+    """Add the OpenEnv routes to `app` (the fast path of its HTTP reset and step, `OpenEnvFastPath`, is a
+    stage of the app's front)."""
     app.include_router(router)
     app.include_router(info.router)
     app.router.routes.append(WebSocketRoute(OPENENV_WS_PATH, openenv_websocket))

@@ -1,4 +1,4 @@
-"""ASGI middleware serving OpenEnv's HTTP reset and step (`POST /v1/environments/{env}/openenv/{reset,step}`)
+"""The front's fast path of OpenEnv's HTTP reset and step (`POST /v1/environments/{env}/openenv/{reset,step}`)
 without FastAPI.
 
 As `SessionFastPath` does for the native routes (gym_server/api/routers/sessions.py): FastAPI's routing
@@ -12,6 +12,7 @@ its FastAPI route cost as much server time per episode as two steps.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import ClientDisconnect, Request
@@ -31,12 +32,11 @@ _ROUTES: dict[str, _Answer] = {"step": step_answer, "reset": reset_answer}
 
 
 class OpenEnvFastPath:
-    """Answers a valid OpenEnv HTTP reset or step straight from the ASGI messages; passes the rest on."""
+    """A stage of the gym's front (`core.asgi.Stage`) answering a valid OpenEnv HTTP reset or step
+    straight from the ASGI messages."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
+        """The app answering an OpenEnv reset or step; None for any other request."""
         path: str = scope["path"] if scope["type"] == "http" else ""
         head, _, route = path.rpartition("/openenv/")
         answer_for = _ROUTES.get(route)
@@ -48,20 +48,25 @@ class OpenEnvFastPath:
             or scope["method"] != "POST"
             or scope.get("root_path")
         ):
-            await self.app(scope, receive, send)
-            return
-        try:
-            raw = await read_body(receive)
-        except ClientDisconnect:
-            return  # the client left before the end of its body: nobody to answer
-        try:
-            answer = await answer_for(scope["app"].state.manager, env, raw)
-        except RequestValidationError:  # the route answers the 422, in FastAPI's own form
-            await self.app(scope, replay_body(raw, receive), send)
-            return
-        except GymError as exc:
-            await (await on_gym_error(Request(scope), exc))(scope, receive, send)
-            return
-        headers = [(b"content-length", str(len(answer)).encode()), (b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
+            return None
+        return partial(_answer, answer_for=answer_for, env=env, rest=rest)
+
+
+async def _answer(
+    scope: Scope, receive: Receive, send: Send, *, answer_for: _Answer, env: str, rest: ASGIApp
+) -> None:
+    try:
+        raw = await read_body(receive)
+    except ClientDisconnect:
+        return  # the client left before the end of its body: nobody to answer
+    try:
+        answer = await answer_for(scope["app"].state.manager, env, raw)
+    except RequestValidationError:  # the route answers the 422, in FastAPI's own form
+        await rest(scope, replay_body(raw, receive), send)
+        return
+    except GymError as exc:
+        await (await on_gym_error(Request(scope), exc))(scope, receive, send)
+        return
+    headers = [(b"content-length", str(len(answer)).encode()), (b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": answer})
