@@ -262,33 +262,46 @@ async def test_a_random_tiny_policy_over_http_keeps_the_token_invariants(
     await sampler.aclose()
 
 
+def _serve_policy() -> tuple[subprocess.Popen[bytes], int, dict[str, Any]]:
+    """`gym-server policy serve` on a free port, once it answers `/v1/models`: the process, its port and
+    that answer. The port is free when picked but the server binds it only after loading torch (seconds):
+    another test's server may take it meanwhile, which answers for it (not 200) and makes this one exit
+    unable to bind; then it starts again on another port."""
+    for _ in range(3):
+        port = free_port()
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from gym_server.cli.policy import app; app()",
+                "serve",
+                "--port",
+                str(port),
+                "--threads",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 180  # a cold start imports torch and transformers
+        while process.poll() is None:
+            assert time.monotonic() < deadline, "policy server did not start within 180 s"
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+            except httpx.TransportError:
+                answer = None
+            if answer is not None and answer.status_code == 200:
+                return process, port, answer.json()
+            time.sleep(0.1)
+        output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+        assert "address already in use" in output.lower(), output  # any other exit is the test's failure
+    raise AssertionError("three ports in a row were taken before the policy server could bind one")
+
+
 @pytest.mark.slow
 def test_policy_serve_command(tmp_path: Path) -> None:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from gym_server.cli.policy import app; app()",
-            "serve",
-            "--port",
-            str(port),
-            "--threads",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    process, port, models = _serve_policy()
     try:
-        deadline = time.monotonic() + 180  # a cold start imports torch and transformers
-        while True:
-            try:
-                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).json()
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.stdout.read() if process.stdout else ""
-                assert time.monotonic() < deadline, "policy server did not start within 180 s"
-                time.sleep(0.1)
         assert models["data"][0]["id"] == "tiny"
         answer = httpx.post(
             f"http://127.0.0.1:{port}/v1/completions",
