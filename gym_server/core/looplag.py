@@ -37,7 +37,7 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 MAX_WINDOW_S = 60.0  # the gauge's window: the largest lag of the last minute (at most two)
 _SHOWN_REQUESTS = 3
 _STACK_FRAMES = 4
-_PACKAGE = str(Path(__file__).resolve().parent)
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # gym_server/, the package whose frames are "ours"
 
 
 class LoopLagMonitor(Collector):
@@ -162,18 +162,31 @@ class LoopLagMonitor(Collector):
             beat = self._beat
             if time.monotonic() - beat <= self.warn_s or sampled_beat == beat:
                 continue
-            frame = sys._current_frames().get(self._loop_thread or -1)
-            if frame is not None:
+            where = _where_thread_is(self._loop_thread)
+            if where is not None:
                 sampled_beat = beat
-                self._blocked_in = _where(frame)
+                self._blocked_in = where
                 self._blocked_requests = list(self._in_flight.values())
 
 
-def _where(frame: object) -> str:
-    """The innermost frames of a stack, and the innermost of the gym's own, as `file:line function`."""
-    stack = traceback.extract_stack(frame)  # type: ignore[arg-type]
-    shown = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack[-_STACK_FRAMES:])]
-    ours = next((f for f in reversed(stack) if f.filename.startswith(_PACKAGE)), None)
-    if ours is not None and ours not in stack[-_STACK_FRAMES:]:
+def _where_thread_is(thread_id: int | None) -> str | None:
+    """Where a thread is now: its innermost frames, and the innermost of the gym's own, as
+    `file:line function`; None when the thread has ended.
+
+    Only names and line numbers leave this function. A frame object kept after the sample (it was a
+    local of the watchdog's loop until the next stall) keeps every local of the stack it was taken from
+    alive once that stack returns: the batch of transcripts a slow commit was writing stayed in memory
+    after its sessions closed. Source lines are not read (`lookup_lines=False`): the message has no
+    use for them, and `linecache` would keep every sampled file's text for the life of the process.
+    """
+    frame = sys._current_frames().get(thread_id or -1)
+    if frame is None:
+        return None
+    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
+    del frame
+    innermost = stack[:_STACK_FRAMES]
+    shown = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in innermost]
+    ours = next((f for f in stack if f.filename.startswith(_PACKAGE)), None)
+    if ours is not None and ours not in innermost:
         shown.append(f"... {Path(ours.filename).name}:{ours.lineno} {ours.name}")
     return " <- ".join(shown)
