@@ -183,7 +183,6 @@ def _where_thread_is(thread_id: int | None) -> str | None:
     if frame is None:
         return None
     stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
-    del frame
     innermost = stack[:_STACK_FRAMES]
     shown = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in innermost]
     ours = next((f for f in stack if f.filename.startswith(_PACKAGE)), None)
