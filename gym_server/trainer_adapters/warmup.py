@@ -134,7 +134,12 @@ def warm_up(
 
 
 def tiny_counter_recipe(
-    gym_url: str, seed: int = 0, n_tasks: int = 16, api_key: str | None = None, steps: int = 100
+    gym_url: str,
+    seed: int = 0,
+    n_tasks: int = 16,
+    api_key: str | None = None,
+    steps: int = 100,
+    hidden_size: int = 64,
 ) -> tuple[Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
     """The tiny model, warmed up on counter tool calls, with its offset tasks split in train and held-out.
 
@@ -143,11 +148,12 @@ def tiny_counter_recipe(
     never does. Returns (model, tokenizer, train tasks, held-out tasks), tasks as `counter_offset_tasks`.
     `api_key`: the gym's key, when it requires one (default `$GYM_API_KEY`). `steps`: supervised steps; at
     100 many calls sampled at temperature 1 are malformed (1 in 8 well-formed, seen once), at 300 nearly none.
+    `hidden_size`: 128 for a model vLLM's CPU attention serves (`models.VLLM_TINY_HIDDEN_SIZE`).
     """
     from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed)
+    model = build_tiny_model(tokenizer, seed=seed, hidden_size=hidden_size)
     with SyncGymClient(gym_url, api_key=api_key) as gym:
         tasks = counter_offset_tasks(gym, n_tasks)
     train, held_out = tasks[: n_tasks // 2], tasks[n_tasks // 2 :]

