@@ -157,7 +157,11 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
         *([AuthGuard(gate)] if gate.enabled else []),
         # A body that is not JSON or over the limit is never read; the /ui login and logout forms are
         # not JSON (the gate guards them).
-        BodyGuard(settings.limits.max_body_bytes, form_paths=frozenset({UI_LOGIN, UI_LOGOUT})),
+        BodyGuard(
+            settings.limits.max_body_bytes,
+            form_paths=frozenset({UI_LOGIN, UI_LOGOUT}),
+            refuse=gateway.body_refusal,  # OpenAI's error shape on the gateway's OpenAI routes
+        ),
         sessions.SessionFastPath(),  # the native episode first: the hot path of most clients
         gateway.GatewayFastPath(),  # an agent's chat calls (the session fast path leaves their paths)
         OpenEnvFastPath(),  # /v1/environments/{env}/openenv/{reset,step}

@@ -1,5 +1,6 @@
 """The front's stage for request bodies: a body the API reads must be declared JSON (415) and fit the
-configured limit (413), both problem+json, decided before anything parses it.
+configured limit (413), both problem+json (the OpenAI shape on the episode gateway's OpenAI routes: the
+app's `refuse`), decided before anything parses it.
 
 Why JSON only: every body the API reads is JSON, so this costs clients nothing, and it closes a hole: a
 browser sends a `text/plain`, form or multipart POST to any origin without a CORS preflight, so without
@@ -15,15 +16,25 @@ pass: on the hot path this stage costs one call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gym_server.core.asgi import replay_body
-from gym_server.core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from gym_server.core.errors import GymError, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 from gym_server.core.problems import gym_error_problem
 
-__all__ = ["BodyGuard", "is_json_media_type"]
+__all__ = ["BodyGuard", "Refusal", "is_json_media_type"]
+
+# The answer to a refused request: problem+json, unless the path's routes speak another error shape
+# (the episode gateway's OpenAI routes answer in OpenAI's, which OpenAI clients parse).
+Refusal = Callable[[Scope, GymError], ASGIApp]
+
+
+def _problem(scope: Scope, exc: GymError) -> ASGIApp:
+    return gym_error_problem(exc)
+
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
@@ -41,9 +52,12 @@ class BodyGuard:
     """A stage of the gym's front (`core.asgi.Stage`): 415 for a POST, PUT or PATCH whose body is not
     `application/json` (but on `form_paths`), 413 for a body larger than `max_bytes`."""
 
-    def __init__(self, max_bytes: int, form_paths: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, max_bytes: int, form_paths: frozenset[str] = frozenset(), refuse: Refusal = _problem
+    ) -> None:
         self.max_bytes = max_bytes
         self.form_paths = form_paths
+        self.refuse = refuse
 
     def take(self, scope: Scope, rest: ASGIApp) -> ASGIApp | None:
         """None for a request without a body, or with a JSON one of a declared length within the limit;
@@ -66,7 +80,7 @@ class BodyGuard:
             has_body = b"transfer-encoding" in headers or (length is not None and length.strip() != b"0")
             declared = None if content_type is None else content_type.decode("latin-1")
             if has_body if declared is None else not is_json_media_type(declared):
-                return gym_error_problem(UnsupportedMediaType(declared))
+                return self.refuse(scope, UnsupportedMediaType(declared))
         if length is None:
             return partial(self._read_counting, rest=rest)
         try:
@@ -74,9 +88,9 @@ class BodyGuard:
         except ValueError:
             size = -1
         if size < 0:
-            return gym_error_problem(InvalidRequest("invalid Content-Length header"))
+            return self.refuse(scope, InvalidRequest("invalid Content-Length header"))
         if size > self.max_bytes:
-            return gym_error_problem(PayloadTooLarge(size, self.max_bytes))
+            return self.refuse(scope, PayloadTooLarge(size, self.max_bytes))
         return None
 
     async def _read_counting(self, scope: Scope, receive: Receive, send: Send, *, rest: ASGIApp) -> None:
@@ -91,7 +105,7 @@ class BodyGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await gym_error_problem(PayloadTooLarge(size, self.max_bytes))(scope, receive, send)
+                await self.refuse(scope, PayloadTooLarge(size, self.max_bytes))(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -13,7 +13,11 @@ given, must be a whole-segment prefix of the policy's path (dot segments resolve
 sides are compared at the policy's server root (without a trailing `/v1`), because the clients call
 paths beside `/v1` (`/tokenize`).
 A URL carrying credentials, a query or a fragment is refused: a key goes in `api_key`, which is sent
-only to an allowed endpoint and never stored.
+only to an allowed endpoint and never stored. So is one that parsers read differently (issue 37): a port
+that is not 1 to 65535 in ASCII digits (httpx read `:+80` as no port and `:１８３０１` as 18301, where
+`urlsplit` refused both), and a path with dot segments (`/tenantB/../tenantA` matched the prefix
+`/tenantA` as httpx resolves it, and went out as written). `admit` hands back the parsed URL it checked,
+for the caller to connect to without parsing the text again.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import httpx
 
 from gym_server.trainer_adapters.samplers._http import server_root
 
-__all__ = ["DEFAULT_POLICY_URLS", "AllowedPrefix", "parse_prefix", "refusal"]
+__all__ = ["DEFAULT_POLICY_URLS", "AllowedPrefix", "EndpointRefused", "admit", "parse_prefix", "refusal"]
 
 # Loopback only: a policy served on this host (`gym-server policy serve`, a local vLLM) works out of
 # the box; anything else has to be named by the operator.
@@ -58,19 +62,36 @@ def parse_prefix(text: str) -> AllowedPrefix:
     return AllowedPrefix(url.scheme, url.host, explicit, url.raw_path.decode("ascii").rstrip("/"))
 
 
-def refusal(base_url: str, prefixes: list[str], setting: str) -> str | None:
-    """Why the server may not call `base_url`, or None when one of `prefixes` allows it."""
+class EndpointRefused(ValueError):
+    """`admit`'s refusal; its text says why."""
+
+
+def admit(base_url: str, prefixes: list[str], setting: str) -> httpx.URL:
+    """`base_url` at its server root, parsed once, when one of `prefixes` allows it.
+
+    Raises:
+        EndpointRefused: not a usable endpoint, or not one of the operator's.
+    """
     try:
         url = _parse(base_url)
     except ValueError as exc:
-        return f"policy.base_url is not a usable endpoint: {exc}"
+        raise EndpointRefused(f"policy.base_url is not a usable endpoint: {exc}") from None
     if any(parse_prefix(prefix).allows(url) for prefix in prefixes):
-        return None
+        return url
     origin = f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}"
-    return (
+    raise EndpointRefused(
         f"policy.base_url {origin} is not an endpoint this server may call; the operator lists the "
         f"policy endpoints it may reach in {setting} (URL prefixes, default: loopback only)"
     )
+
+
+def refusal(base_url: str, prefixes: list[str], setting: str) -> str | None:
+    """Why the server may not call `base_url`, or None when one of `prefixes` allows it."""
+    try:
+        admit(base_url, prefixes, setting)
+    except EndpointRefused as exc:
+        return str(exc)
+    return None
 
 
 def _parse(text: str) -> httpx.URL:
@@ -89,4 +110,14 @@ def _parse(text: str) -> httpx.URL:
         raise ValueError("a query or fragment is not accepted")
     if b"%" in url.raw_path:  # an escaped `..` would pass a path prefix, then be undone upstream
         raise ValueError("percent-escapes in the path are not accepted")
+    written = urlsplit(server_root(text))
+    default = _DEFAULT_PORTS[url.scheme]
+    try:
+        port = written.port  # Python's reading: ASCII digits within 0-65535, else ValueError
+    except ValueError:
+        port = 0
+    if port == 0 or (port or default) != (url.port or default):  # httpx reads `:+80` as no port
+        raise ValueError("the port must be a number from 1 to 65535, in ASCII digits")
+    if any(segment in (".", "..") for segment in written.path.split("/")):
+        raise ValueError("dot segments (`.`, `..`) in the path are not accepted")
     return url

@@ -161,6 +161,12 @@ class GatewaySettings(BaseModel):
     upstream_timeout_s: float = Field(
         300.0, gt=0, description="waiting for the upstream's answer (each read of a stream); beyond it 504"
     )
+    call_deadline_s: float = Field(
+        1800.0,
+        gt=0,
+        description="a whole call, from sending it to the answer's last byte (a stream's too); beyond "
+        "it 504, however steadily the upstream trickles",
+    )
 
 
 class StoreSettings(BaseModel):

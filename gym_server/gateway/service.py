@@ -4,33 +4,50 @@ records every complete call on the episode (see docs/gateway.md).
 The gateway holds no transcript of its own: a call's record goes into the session's trajectory (`turns`,
 through `SessionManager.record_turn`), so it is stored, snapshotted and budgeted like a step's turn data.
 What it keeps per episode is where to forward (the upstream's URL, model and API key, which lives only
-here, in memory, and is never stored) and the count of calls. Entries of ended episodes are dropped at
-the next opening once the table outgrows the live sessions.
+here, in memory, and is never stored), the count of calls and the samples' tally (the current sample's
+token ids). It is keyed by the live session weakly, so it goes when the episode closes, however it
+closes (the tally of closed episodes outlived them by thousands before, issue 37).
+
+What an upstream can make the gym hold is bounded by the episode's remaining transcript budget: a whole
+answer is read up to it (refused on its Content-Length before any of it is read), a stream's events and
+assembled completion likewise (`StreamAssembler`), and the record is charged before it is kept. Past
+it the call is refused (413 `max_transcript_bytes`; a stream's last event says so), nothing is
+recorded and the episode ends, stored failed with failure `max_transcript_bytes`. Each call has a
+deadline (`gateway.call_deadline_s`) besides the read timeout. The upstream's API key is redacted from
+what the gateway relays of the upstream's answers and error texts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import httpx
 import orjson
 
-from gym_server.core.egress import refusal
-from gym_server.core.errors import EndpointNotAllowed, GymError
+from gym_server.core.egress import EndpointRefused, admit
+from gym_server.core.errors import EndpointNotAllowed, GymError, SessionFinished
 from gym_server.core.settings import Settings
 from gym_server.gateway.errors import GatewayError
-from gym_server.gateway.record import Completed, StreamAssembler, call_record, from_answer
+from gym_server.gateway.record import Completed, StreamAssembler, call_record, events_end, from_answer
 from gym_server.gateway.samples import SampleTally
-from gym_server.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from gym_server.gateway.upstream import (
+    Target,
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResponse,
+    UpstreamTooLarge,
+)
 from gym_server.protocols.mcp.mapping import episode_over
 from gym_server.sessions.live import LiveSession
 from gym_server.sessions.manager import SessionManager
 from gym_server.store.records import FailureClass
-from gym_server.trainer_adapters.samplers._http import server_root
 
 __all__ = ["NO_TOKEN_IDS", "EpisodeGateway", "Gateways", "over_answer"]
 
@@ -43,6 +60,9 @@ NO_TOKEN_IDS: Final = (
     "`return_token_ids` request field the gateway sends (or `gym-server policy serve`); for an "
     "evaluation-only episode open it with gateway.token_exact false"
 )
+_SMALL_BODY: Final = 1 << 20  # a model list's or an error's body: read up to this, no more
+_REDACTED: Final = "[redacted]"
+_MIN_SECRET: Final = 8  # a shorter key ("EMPTY", vLLM's placeholder) is no secret, and common text
 
 
 @dataclass(slots=True)
@@ -51,15 +71,27 @@ class EpisodeGateway:
 
     session_id: str
     root: str
+    target: Target
     model: str | None
     token_exact: bool
     headers: dict[str, str] = field(repr=False)
+    secret: str | None = field(default=None, repr=False)  # the key, to redact from what is relayed
     calls: int = 0
     tally: SampleTally = field(default_factory=SampleTally, repr=False)
 
     @property
     def json_headers(self) -> dict[str, str]:
         return {**self.headers, "Content-Type": "application/json"}
+
+    def redact(self, data: bytes) -> bytes:
+        """`data` from the upstream without the key (a check in C when it is not there)."""
+        if self.secret is None:
+            return data
+        secret = self.secret.encode()
+        return data.replace(secret, _REDACTED.encode()) if secret in data else data
+
+    def redact_text(self, text: str) -> str:
+        return text.replace(self.secret, _REDACTED) if self.secret is not None else text
 
     def metadata(self) -> dict[str, Any]:
         """What the trajectory's `metadata.gateway` says about it (never the key)."""
@@ -78,6 +110,7 @@ class _Upstream:
     response: UpstreamResponse
     started: float  # when the gateway took the call
     sent: float  # when it sent the call upstream
+    allowance: int  # bytes of the transcript budget its completion may take
 
 
 class Gateways:
@@ -90,7 +123,7 @@ class Gateways:
         self.client = UpstreamClient(
             connect_timeout_s=timeouts.connect_timeout_s, read_timeout_s=timeouts.upstream_timeout_s
         )
-        self._by_session: dict[str, EpisodeGateway] = {}
+        self._by_session: weakref.WeakKeyDictionary[LiveSession, EpisodeGateway] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"Gateways(open={len(self._by_session)})"
@@ -100,25 +133,34 @@ class Gateways:
 
     # -- opening ----------------------------------------------------------------------------------
 
-    def check(self, upstream: str) -> None:
-        """Refuse (422, before any connection) an upstream the operator's allow-list does not hold."""
-        refused = refusal(upstream, self.settings.rollout_runs.policy_urls, ALLOW_LIST_SETTING)
-        if refused is not None:
-            raise EndpointNotAllowed(refused.replace("policy.base_url", "gateway.upstream", 1))
+    def check(self, upstream: str) -> httpx.URL:
+        """The upstream's server root, parsed once: what the allow-list checked is what is connected
+        to. Refused (422, before any connection): a URL the operator's allow-list does not hold, or one
+        that parsers could read differently (a port out of range or in other digits, dot segments)."""
+        try:
+            return admit(upstream, self.settings.rollout_runs.policy_urls, ALLOW_LIST_SETTING)
+        except EndpointRefused as exc:
+            raise EndpointNotAllowed(str(exc).replace("policy.base_url", "gateway.upstream", 1)) from None
 
-    def describe(self, upstream: str, model: str | None, token_exact: bool) -> dict[str, Any]:
+    def describe(self, upstream: httpx.URL, model: str | None, token_exact: bool) -> dict[str, Any]:
         """The `metadata.gateway` an episode opened with this upstream starts with."""
-        return {"upstream": server_root(upstream), "model": model, "token_exact": token_exact, "num_calls": 0}
+        root = str(upstream).rstrip("/")
+        return {"upstream": root, "model": model, "token_exact": token_exact, "num_calls": 0}
 
     def open(
-        self, session_id: str, upstream: str, model: str | None, token_exact: bool, api_key: str | None
+        self,
+        session: LiveSession,
+        upstream: httpx.URL,
+        model: str | None,
+        token_exact: bool,
+        api_key: str | None,
     ) -> EpisodeGateway:
-        if len(self._by_session) > 2 * self.manager.live_count + 64:
-            for key in [k for k in self._by_session if not self.manager.is_live(k)]:
-                del self._by_session[key]
+        """The episode's gateway to `upstream` (as `check` gave it), kept as long as `session` lives."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        gateway = EpisodeGateway(session_id, server_root(upstream), model, token_exact, headers)
-        self._by_session[session_id] = gateway
+        secret = api_key if api_key is not None and len(api_key) >= _MIN_SECRET else None
+        root = str(upstream).rstrip("/")
+        gateway = EpisodeGateway(session.id, root, Target.of(upstream), model, token_exact, headers, secret)
+        self._by_session[session] = gateway
         return gateway
 
     def _episode(self, session_id: str) -> tuple[LiveSession, EpisodeGateway]:
@@ -126,7 +168,7 @@ class Gateways:
             session = self.manager.get(session_id)
         except GymError as exc:
             raise GatewayError.from_gym(exc) from None
-        gateway = self._by_session.get(session_id)
+        gateway = self._by_session.get(session)
         if gateway is None:
             raise GatewayError(
                 404,
@@ -144,9 +186,12 @@ class Gateways:
         if gateway.model is not None:
             entry = {"id": gateway.model, "object": "model", "created": 0, "owned_by": "gym-server"}
             return {"object": "list", "data": [entry]}
+        target = gateway.target.join("/v1/models")
         try:
-            response = await self.client.request("GET", f"{gateway.root}/v1/models", gateway.headers)
-            content = await response.read()
+            response = await self.client.request(
+                "GET", target, gateway.headers, b"", deadline=self._deadline()
+            )
+            content = await response.read(_SMALL_BODY)
         except UpstreamError as exc:
             if exc.timeout:
                 raise GatewayError.upstream(
@@ -177,22 +222,53 @@ class Gateways:
             upstream["logprobs"] = True
         return session, gateway, upstream
 
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.settings.gateway.call_deadline_s
+
+    async def _allowance(self, session: LiveSession, gateway: EpisodeGateway, request: bytes) -> int:
+        """The bytes of the transcript budget left for the call's completion, once its request (about
+        the size of the messages its record repeats) is counted; none left ends the episode here."""
+        left = self.settings.limits.max_transcript_bytes - session.transcript_bytes - len(request)
+        if left <= 0:
+            raise await self._fail(gateway, self._over_budget("the request"))
+        return left
+
+    def _over_budget(self, what: str) -> GatewayError:
+        limit = self.settings.limits.max_transcript_bytes
+        return GatewayError(
+            413,
+            f"{what} would take the episode past its transcript budget ({limit} bytes, "
+            "GYM_LIMITS__MAX_TRANSCRIPT_BYTES): the call is not recorded and the episode is ended, "
+            "stored as failed with failure max_transcript_bytes",
+            "invalid_request_error",
+            FailureClass.MAX_TRANSCRIPT_BYTES.value,
+        )
+
     async def chat(self, session_id: str, body: dict[str, Any]) -> bytes:
-        """One non-streamed chat call: the upstream's answer (its JSON bytes as they came), recorded; or
-        the episode-over answer."""
+        """One non-streamed chat call: the upstream's answer (its JSON bytes as they came, the key
+        redacted), recorded; or the episode-over answer."""
         started = time.perf_counter()
         session, gateway, upstream = self._prepare(session_id, body)
         if _over(session):
             return orjson.dumps(over_answer(session, upstream.get("model")))
+        request = orjson.dumps(upstream)
+        allowance = await self._allowance(session, gateway, request)
         sent = time.perf_counter()
         try:
             response = await self.client.request(
-                "POST", f"{gateway.root}/v1/chat/completions", gateway.json_headers, orjson.dumps(upstream)
+                "POST",
+                gateway.target.join("/v1/chat/completions"),
+                gateway.json_headers,
+                request,
+                deadline=self._deadline(),
             )
-            content = await response.read()
+            if response.status != 200:
+                raise await self._refusal(gateway, response.status, await _error_body(response))
+            content = gateway.redact(await response.read(allowance))
+        except UpstreamTooLarge as exc:
+            raise await self._fail(gateway, self._over_budget(f"the answer ({exc.size} bytes)")) from None
         except UpstreamError as exc:
             raise await self._failed(gateway, exc) from None
-        await self._check_status(gateway, response.status, content)
         upstream_ms = (time.perf_counter() - sent) * 1000
         try:
             completed = from_answer(orjson.loads(content))
@@ -210,35 +286,57 @@ class Gateways:
         session, gateway, upstream = self._prepare(session_id, body)
         if _over(session):
             return _over_events(over_answer(session, upstream.get("model")))
-        content = orjson.dumps(upstream)
+        request = orjson.dumps(upstream)
+        allowance = await self._allowance(session, gateway, request)
         sent = time.perf_counter()
         try:
             response = await self.client.request(
-                "POST", f"{gateway.root}/v1/chat/completions", gateway.json_headers, content
+                "POST",
+                gateway.target.join("/v1/chat/completions"),
+                gateway.json_headers,
+                request,
+                deadline=self._deadline(),
             )
             if response.status != 200:
-                await self._check_status(gateway, response.status, await response.read())
+                raise await self._refusal(gateway, response.status, await _error_body(response))
         except UpstreamError as exc:
             raise await self._failed(gateway, exc) from None
-        return self._forward(gateway, body, _Upstream(response, started, sent))
+        return self._forward(gateway, body, _Upstream(response, started, sent, allowance))
 
     async def _forward(
         self, gateway: EpisodeGateway, body: dict[str, Any], upstream: _Upstream
     ) -> AsyncIterator[bytes]:
-        assembler = StreamAssembler()
+        """The upstream's events, passed on as they come while the completion is assembled; the first
+        error (the upstream's own error event, a malformed chunk, the budget) stops the reading there,
+        before the chunk holding it is passed on, and the agent gets the gateway's error event."""
+        assembler = StreamAssembler(budget=upstream.allowance)
         failure: GatewayError | None = None
-        try:
+        held: list[bytes] = []  # an event not ended yet: passed on once whole, so an error event after
+        try:  # it is never glued to half an event (the event's size is bounded by the assembler)
             async for chunk in upstream.response.stream():
+                chunk = gateway.redact(chunk)
                 assembler.feed(chunk)
-                yield chunk
+                if assembler.error is not None:
+                    break
+                end = events_end(chunk)
+                if end < 0:
+                    held.append(chunk)
+                    continue
+                yield b"".join([*held, chunk[:end]]) if held else chunk[:end]
+                held = [chunk[end:]] if end < len(chunk) else []
+            else:
+                if held:  # the stream's end, without a blank line after its last event
+                    yield b"".join(held)
         except UpstreamError as exc:
             failure = await self._failed(gateway, exc)
         finally:
             upstream.response.close()
         upstream_ms = (time.perf_counter() - upstream.sent) * 1000
-        if failure is None and not assembler.complete:
+        if failure is None and assembler.over_budget:
+            failure = await self._fail(gateway, self._over_budget(f"the stream: {assembler.error}"))
+        elif failure is None and not assembler.complete:
             why = assembler.error or "the upstream's stream ended before the completion finished"
-            failure = await self._fail(gateway, GatewayError.upstream(why))
+            failure = await self._fail(gateway, GatewayError.upstream(gateway.redact_text(why)))
         if failure is None:
             try:
                 await self._record(
@@ -255,20 +353,19 @@ class Gateways:
             # Headers went out with a 200: the failure is an error event, which OpenAI's clients raise.
             yield b"data: " + orjson.dumps(failure.body()) + b"\n\n"
 
-    async def _check_status(self, gateway: EpisodeGateway, status: int, content: bytes) -> None:
-        if status == 200:
-            return
-        message = _upstream_message(content)
+    async def _refusal(self, gateway: EpisodeGateway, status: int, content: bytes) -> GatewayError:
+        """The error for an answer other than 200 (the episode ends unless the call itself was refused)."""
+        message = gateway.redact_text(_upstream_message(content))
         if 400 <= status < 500 and status != 408:
             # The call itself was refused (a prompt over the context, an unknown model): the agent's to
             # fix; the episode goes on and nothing is recorded.
-            raise GatewayError(
+            return GatewayError(
                 status,
                 f"the upstream refused the call: {message}",
                 "invalid_request_error",
                 "upstream_refused",
             )
-        raise await self._fail(
+        return await self._fail(
             gateway,
             GatewayError.upstream(
                 f"the upstream answered {status}: {message}",
@@ -277,7 +374,13 @@ class Gateways:
         )
 
     async def _failed(self, gateway: EpisodeGateway, exc: UpstreamError) -> GatewayError:
-        if exc.timeout:
+        if exc.kind == "Deadline":
+            error = GatewayError.upstream(
+                f"the upstream's answer did not complete within {self.settings.gateway.call_deadline_s:g} "
+                "s (GYM_GATEWAY__CALL_DEADLINE_S)",
+                timeout=True,
+            )
+        elif exc.timeout:
             error = GatewayError.upstream(
                 f"the upstream did not answer within {self.settings.gateway.upstream_timeout_s:g} s "
                 f"(GYM_GATEWAY__UPSTREAM_TIMEOUT_S)",
@@ -288,8 +391,9 @@ class Gateways:
         return await self._fail(gateway, error)
 
     async def _fail(self, gateway: EpisodeGateway, error: GatewayError) -> GatewayError:
-        """End the episode, stored as failed with the error's class; returns the error to raise."""
-        failure = FailureClass.POLICY_TIMEOUT if error.status == 504 else FailureClass.POLICY_ERROR
+        """End the episode, stored as failed with the error's code as its failure class (`policy_error`,
+        `policy_timeout`, `max_transcript_bytes`); returns the error to raise."""
+        failure = FailureClass(error.code or FailureClass.POLICY_ERROR)
         try:
             await self.manager.close(gateway.session_id, failure=failure)
         except GymError as exc:  # closed meanwhile, or the store is slow: the row follows as it can
@@ -319,6 +423,8 @@ class Gateways:
         metadata = {"gateway": gateway.metadata(), "samples": gateway.tally.summary()}
         try:
             await self.manager.record_turn(gateway.session_id, record, metadata)
+        except SessionFinished:  # the record would cross the transcript budget: not kept
+            raise await self._fail(gateway, self._over_budget("the call's record")) from None
         except GymError as exc:
             raise GatewayError.from_gym(exc) from None
 
@@ -356,6 +462,14 @@ async def _over_events(answer: dict[str, Any]) -> AsyncIterator[bytes]:
     ):
         yield b"data: " + orjson.dumps(head | {"choices": [choice]}) + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+async def _error_body(response: UpstreamResponse) -> bytes:
+    """The body of an upstream's refusal, for its message; one too large to be a message is not read."""
+    try:
+        return await response.read(_SMALL_BODY)
+    except UpstreamTooLarge:
+        return b""
 
 
 def _upstream_message(content: bytes) -> str:

@@ -12,8 +12,14 @@ policy server, reached directly). HTTPS upstreams are verified as httpx verifies
 
 Timeouts, as httpx's were: `connect_timeout_s` to connect (beyond it the upstream is unreachable), and
 `read_timeout_s` for each wait on the answer (its head, then each read of its body, so a long stream is
-never cut while it flows). A connection taken from the pool that the upstream had closed meanwhile (its
-keep-alive ran out) is retried once on a new one when not one byte of an answer came.
+never cut while it flows). Above both, each call has a `deadline` (the event loop's clock) no wait
+passes: an upstream sending a byte now and then, each within the read timeout, held a call for as long
+as it liked (issue 37). A connection taken from the pool that the upstream had closed meanwhile (its
+keep-alive ran out) is retried once on a new one when not one byte of an answer came. Interim answers
+(1xx, such as 103 Early Hints) are skipped: the answer is the final one that follows.
+
+Where requests go is a `Target`, made from the URL the allow-list checked (`httpx.URL`, the one parse
+of it): a second parser of the same text disagreed with the check on ports and dot segments (issue 37).
 """
 
 from __future__ import annotations
@@ -23,14 +29,12 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Final, cast
-from urllib.parse import urlsplit
 
 import httptools
 import httpx
 
-__all__ = ["UpstreamClient", "UpstreamError", "UpstreamResponse"]
+__all__ = ["Target", "UpstreamClient", "UpstreamError", "UpstreamResponse", "UpstreamTooLarge"]
 
 _PAUSE_AT: Final = 1 << 20  # bytes of body held unread before the socket stops being read
 
@@ -44,6 +48,14 @@ class UpstreamError(Exception):
         self.kind, self.timeout = kind, timeout
 
 
+class UpstreamTooLarge(UpstreamError):
+    """The answer's body is larger than the reader's limit (said by its Content-Length, or read so far)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__("TooLarge")
+        self.size = size
+
+
 @dataclass(frozen=True, slots=True)
 class _Origin:
     """Where a URL's requests go: the pool key, and the request line's and `Host` header's parts."""
@@ -54,16 +66,24 @@ class _Origin:
     host_header: bytes
 
 
-@lru_cache(maxsize=256)
-def _origin(url: str) -> tuple[_Origin, str]:
-    """The origin of `url` and its request target (path and query), parsed once per distinct URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UpstreamError("UnsupportedProtocol")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    netloc = parts.netloc.rpartition("@")[2]
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return _Origin(parts.scheme, parts.hostname, port, netloc.encode("idna")), target
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a request goes: its origin (the pool's key) and the request line's path."""
+
+    origin: _Origin
+    path: str
+
+    @classmethod
+    def of(cls, url: httpx.URL) -> Target:
+        """The target of an already parsed URL: its parts as they are, nothing parsed again."""
+        port = url.port or (443 if url.scheme == "https" else 80)
+        host = url.raw_host.decode("ascii")
+        origin = _Origin(url.scheme, host, port, url.netloc)
+        return cls(origin, url.raw_path.decode("ascii") or "/")
+
+    def join(self, path: str) -> Target:
+        """The target of `path` below this one (`/v1/models` below a server root)."""
+        return Target(self.origin, self.path.rstrip("/") + path)
 
 
 class _Connection(asyncio.Protocol):
@@ -79,6 +99,8 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.head_done = self.complete = self.received = self.keep_alive = False
         self.sized = False  # a Content-Length or chunked answer: its end is known without the EOF
+        self.length: int | None = None  # the answer's Content-Length
+        self.interim = False  # a 1xx answer's head came: its end is skipped
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
         self.error: UpstreamError | None = None
@@ -112,11 +134,18 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks ----------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+        name = name.lower()
+        if name in (b"content-length", b"transfer-encoding"):
             self.sized = True
+        if name == b"content-length" and value.strip().isdigit():
+            self.length = int(value)
 
     def on_headers_complete(self) -> None:
-        self.status, self.head_done = self.parser.get_status_code(), True
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer: the final one follows on the same connection
+            self.interim, self.sized, self.length = True, False, None
+            return
+        self.status, self.head_done = status, True
         self.keep_alive = self.parser.should_keep_alive()  # known from the head (llhttp forgets it after)
 
     def on_body(self, body: bytes) -> None:
@@ -126,6 +155,9 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
         self.complete = True
 
     # -- the reader's side ------------------------------------------------------------------------
@@ -139,13 +171,19 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    async def wait(self, timeout_s: float) -> None:
-        """Until the parser has something new (or the connection ends); raises on a failure."""
+    async def wait(self, timeout_s: float, deadline: float) -> None:
+        """Until the parser has something new (or the connection ends); raises on a failure, and when
+        `timeout_s` passes or the loop's clock reaches `deadline` first."""
         if self.error is not None:
             raise self.error
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
-        timer = loop.call_later(timeout_s, self._timed_out)
+        left = deadline - loop.time()
+        timer = (
+            loop.call_later(timeout_s, self._timed_out, "ReadTimeout")
+            if timeout_s < left
+            else loop.call_later(max(left, 0.0), self._timed_out, "Deadline")
+        )
         try:
             await self.waiter
         finally:
@@ -154,8 +192,8 @@ class _Connection(asyncio.Protocol):
         if self.error is not None:
             raise self.error
 
-    def _timed_out(self) -> None:
-        self.error = UpstreamError("ReadTimeout", timeout=True)
+    def _timed_out(self, kind: str) -> None:
+        self.error = UpstreamError(kind, timeout=True)
         self._close()
         self._wake()
 
@@ -172,18 +210,37 @@ class UpstreamResponse:
     """An answer whose status line and headers have come; its body is read with `read` or `stream`,
     and `close` gives the connection back (to the pool when the answer was read to its end)."""
 
-    def __init__(self, client: UpstreamClient, origin: _Origin, connection: _Connection) -> None:
-        self._client, self._origin = client, origin
+    def __init__(
+        self, client: UpstreamClient, origin: _Origin, connection: _Connection, deadline: float
+    ) -> None:
+        self._client, self._origin, self._deadline = client, origin, deadline
         self._connection: _Connection | None = connection
         self.status = connection.status
 
-    async def read(self) -> bytes:
-        """The whole body; the connection goes back to the pool."""
-        parts = [chunk async for chunk in self.stream()]
+    async def read(self, limit: int) -> bytes:
+        """The whole body; the connection goes back to the pool.
+
+        Raises:
+            UpstreamTooLarge: the body is over `limit` bytes: refused on its Content-Length before any
+                of it is read, else once that much came (the connection is closed, never pooled).
+        """
+        length = self._connection.length if self._connection is not None else None
+        if length is not None and length > limit:
+            self.close()
+            raise UpstreamTooLarge(length)
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in self.stream():
+            size += len(chunk)
+            if size > limit:
+                self.close()
+                raise UpstreamTooLarge(size)
+            parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def stream(self) -> AsyncIterator[bytes]:
-        """The body's pieces as they arrive (each wait at most the read timeout), then the release."""
+        """The body's pieces as they arrive (each wait at most the read timeout, all of them within the
+        call's deadline), then the release."""
         connection = self._connection
         assert connection is not None, "the body was read already"
         try:
@@ -194,7 +251,7 @@ class UpstreamResponse:
                     if connection.chunks:
                         yield connection.take()
                     break
-                await connection.wait(self._client.read_timeout_s)
+                await connection.wait(self._client.read_timeout_s, self._deadline)
         finally:
             self.close()
 
@@ -225,15 +282,17 @@ class UpstreamClient:
         self._idle.clear()
 
     async def request(
-        self, method: str, url: str, headers: dict[str, str], body: bytes = b""
+        self, method: str, target: Target, headers: dict[str, str], body: bytes, *, deadline: float
     ) -> UpstreamResponse:
-        """Send the request and wait for the answer's head (status and headers).
+        """Send the request and wait for the answer's head (status and headers); `deadline` (the loop's
+        clock) bounds the whole call, its body's reads included.
 
         Raises:
-            UpstreamError: not connected, broken off, or no answer within the read timeout.
+            UpstreamError: not connected, broken off, or no answer within the read timeout or the
+                deadline (`timeout` set, `kind` "ReadTimeout" or "Deadline").
         """
-        origin, target = _origin(url)
-        head = _head(method, target, origin, headers, len(body))
+        origin = target.origin
+        head = _head(method, target.path, origin, headers, len(body))
         while True:
             connection, reused = self._idle_connection(origin), True
             if connection is None:
@@ -242,7 +301,7 @@ class UpstreamClient:
             connection.transport.write(head + body)
             try:
                 while not connection.head_done:
-                    await connection.wait(self.read_timeout_s)
+                    await connection.wait(self.read_timeout_s, deadline)
             except UpstreamError as exc:
                 connection._close()
                 if reused and exc.kind == "ConnectionClosed":
@@ -251,7 +310,7 @@ class UpstreamClient:
             except BaseException:  # cancelled: the answer would come to nobody, on a connection in use
                 connection._close()
                 raise
-            return UpstreamResponse(self, origin, connection)
+            return UpstreamResponse(self, origin, connection, deadline)
 
     def release(self, origin: _Origin, connection: _Connection) -> None:
         idle = self._idle.setdefault(origin, [])

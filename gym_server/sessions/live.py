@@ -27,9 +27,10 @@ class StepResult:
     info: dict[str, Any]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class LiveSession:
-    """One open episode and its bookkeeping."""
+    """One open episode and its bookkeeping; weakly referable, so what other parts keep per episode (an
+    episode gateway's state) goes with it when the manager lets it go."""
 
     id: str
     entry: EnvironmentEntry

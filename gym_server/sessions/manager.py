@@ -336,13 +336,26 @@ class SessionManager:
     ) -> int:
         """Append a turn record made outside the environment (an episode gateway's model call) to the
         trajectory's `turns`, charged to the transcript budget like a step's turn data, and merge
-        `metadata` into the episode's. The environment is not stepped. Returns the records held now."""
+        `metadata` into the episode's. The environment is not stepped. Returns the records held now.
+
+        The charge comes first: a record that would take the transcript past its budget is not kept
+        (a gateway's record is the upstream's answer, whose size nobody bounded before it was kept,
+        issue 37); the episode ends there with failure `max_transcript_bytes`.
+
+        Raises:
+            SessionFinished: the record was over the budget.
+        """
         session = self._touch(session_id)
         async with session.lock:
+            size = len(jsontext.dumps(record))
+            limit = self.settings.limits.max_transcript_bytes
+            if session.transcript_bytes + size > limit:
+                charge_bytes(session, size, limit)
+                raise SessionFinished(session.id, FailureClass.MAX_TRANSCRIPT_BYTES)
             session.turn_data.append(record)
             if metadata:
                 session.metadata = {**session.metadata, **metadata}
-            charge_bytes(session, len(jsontext.dumps(record)), self.settings.limits.max_transcript_bytes)
+            charge_bytes(session, size, limit)
             session.dirty = True
             return len(session.turn_data)
 

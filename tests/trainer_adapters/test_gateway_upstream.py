@@ -10,10 +10,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import httpx
 import pytest
 import uvloop
 
-from gym_server.gateway.upstream import UpstreamClient, UpstreamError
+from gym_server.gateway.upstream import Target, UpstreamClient, UpstreamError, UpstreamResponse
 
 Runner = Callable[[Coroutine[Any, Any, None]], None]
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -51,8 +52,24 @@ class Server:
         self.server.close()
 
 
+LIMIT = 1 << 20
+
+
 def client(read_timeout_s: float = 5.0) -> UpstreamClient:
     return UpstreamClient(connect_timeout_s=2.0, read_timeout_s=read_timeout_s)
+
+
+async def call(
+    upstream: UpstreamClient,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    body: bytes = b"",
+    deadline_s: float = 60.0,
+) -> UpstreamResponse:
+    """A request to `url` (parsed here as the gateway parses an upstream) within `deadline_s`."""
+    deadline = asyncio.get_running_loop().time() + deadline_s
+    return await upstream.request(method, Target.of(httpx.URL(url)), headers, body, deadline=deadline)
 
 
 @pytest.mark.parametrize("run", RUNNERS)
@@ -68,10 +85,10 @@ def test_keep_alive_connection_is_reused_and_the_request_goes_whole(run: Runner)
         upstream = client()
         async with server as url:
             for _ in range(3):
-                response = await upstream.request(
-                    "POST", f"{url}/v1/chat/completions", {"Authorization": "Bearer k"}, b'{"a": 1}'
+                response = await call(
+                    upstream, "POST", f"{url}/v1/chat/completions", {"Authorization": "Bearer k"}, b'{"a": 1}'
                 )
-                assert (response.status, await response.read()) == (200, b'{"ok": true}')
+                assert (response.status, await response.read(LIMIT)) == (200, b'{"ok": true}')
         await upstream.aclose()
         assert server.connections == 1
         assert len(server.requests) == 3
@@ -105,14 +122,14 @@ def test_a_chunked_stream_is_read_as_it_comes(run: Runner) -> None:
         gate = asyncio.Event()
         upstream = client()
         async with Server(stream) as url:
-            response = await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
+            response = await call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}")
             got = []
             async for chunk in response.stream():
                 got.append(chunk)
                 gate.set()
             assert b"".join(got) == b"data: 1\n\ndata: 2\n\n"
             assert got[0] == b"data: 1\n\n"
-            assert await (await upstream.request("GET", f"{url}/v1/models", {})).read() == b'{"ok": true}'
+            assert await (await call(upstream, "GET", f"{url}/v1/models", {})).read(LIMIT) == b'{"ok": true}'
         await upstream.aclose()
 
     run(main())
@@ -130,7 +147,7 @@ def test_an_answer_ended_by_its_connection_is_read_whole_and_not_kept(run: Runne
         upstream = client()
         async with server as url:
             for _ in range(2):
-                assert await (await upstream.request("GET", f"{url}/x", {})).read() == b"all of it"
+                assert await (await call(upstream, "GET", f"{url}/x", {})).read(LIMIT) == b"all of it"
         await upstream.aclose()
         assert server.connections == 2
 
@@ -147,12 +164,12 @@ def test_a_pooled_connection_the_upstream_closed_is_replaced(run: Runner) -> Non
     async def main() -> None:
         upstream = client()
         async with Server(once) as url:
-            first = await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
-            assert await first.read() == b'{"ok": true}'
+            first = await call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}")
+            assert await first.read(LIMIT) == b'{"ok": true}'
             await asyncio.sleep(0.05)
             # Whether the close was seen before the reuse or not, the call succeeds on a new connection.
-            second = await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
-            assert (second.status, await second.read()) == (200, b'{"ok": true}')
+            second = await call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}")
+            assert (second.status, await second.read(LIMIT)) == (200, b'{"ok": true}')
         await upstream.aclose()
 
     run(main())
@@ -171,8 +188,8 @@ def test_a_request_the_upstream_closes_on_unanswered_is_sent_again_once(run: Run
         upstream = client()
         async with server as url:
             for _ in range(2):
-                response = await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
-                assert (response.status, await response.read()) == (200, b'{"ok": true}')
+                response = await call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}")
+                assert (response.status, await response.read(LIMIT)) == (200, b'{"ok": true}')
         await upstream.aclose()
         # the second call went on the kept connection, was closed on without a byte, and was sent anew
         assert (server.connections, len(server.requests)) == (2, 1)
@@ -191,7 +208,7 @@ def test_an_upstream_that_does_not_answer_times_out(run: Runner) -> None:
         upstream = client(read_timeout_s=0.2)
         async with Server(silent) as url:
             with pytest.raises(UpstreamError) as caught:
-                await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
+                await call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}")
         assert caught.value.timeout and caught.value.kind == "ReadTimeout"
         await upstream.aclose()
 
@@ -207,13 +224,13 @@ def test_an_answer_cut_mid_body_and_an_unreachable_upstream_fail(run: Runner) ->
     async def main() -> None:
         upstream = client()
         async with Server(cut) as url:
-            response = await upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}")
+            response = await call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}")
             with pytest.raises(UpstreamError) as caught:
-                await response.read()
+                await response.read(LIMIT)
             assert (caught.value.kind, caught.value.timeout) == ("RemoteProtocolError", False)
             port = int(url.rsplit(":", 1)[1])
         with pytest.raises(UpstreamError) as refused:
-            await upstream.request("GET", f"http://127.0.0.1:{port}/v1/models", {})
+            await call(upstream, "GET", f"http://127.0.0.1:{port}/v1/models", {})
         assert (refused.value.kind, refused.value.timeout) == ("ConnectError", False)
         await upstream.aclose()
 
@@ -231,7 +248,7 @@ def test_a_header_that_would_split_the_request_is_refused_unsent(value: str) -> 
         upstream = client()
         async with server as url:
             with pytest.raises(UpstreamError) as caught:
-                await upstream.request("POST", f"{url}/v1/chat/completions", {"Authorization": value}, b"{}")
+                await call(upstream, "POST", f"{url}/v1/chat/completions", {"Authorization": value}, b"{}")
         assert caught.value.kind == "LocalProtocolError"
         assert server.connections == 0  # refused before any connection
         await upstream.aclose()
@@ -250,11 +267,11 @@ def test_a_call_cancelled_while_waiting_closes_its_connection() -> None:
     async def main() -> None:
         upstream = client()
         async with server as url:
-            call = asyncio.ensure_future(upstream.request("POST", f"{url}/v1/chat/completions", {}, b"{}"))
+            pending = asyncio.ensure_future(call(upstream, "POST", f"{url}/v1/chat/completions", {}, b"{}"))
             await asyncio.sleep(0.1)
-            call.cancel()
+            pending.cancel()
             with pytest.raises(asyncio.CancelledError):
-                await call
+                await pending
             for _ in range(100):
                 if server.requests:
                     break

@@ -9,6 +9,7 @@ wrote it (fields the gym does not know included), so it is not a pydantic model 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncGenerator
 from functools import partial
 from typing import Any, cast
@@ -22,12 +23,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gym_server.api.deps import ManagerDep, StoreDep, TenantDep
 from gym_server.api.schemas import EpisodeAnswered, GatewayAnswer
 from gym_server.core.asgi import read_body
-from gym_server.core.errors import RolloutNotFound
-from gym_server.core.problems import StrictJsonRoute
+from gym_server.core.errors import GymError, RolloutNotFound
+from gym_server.core.problems import StrictJsonRoute, gym_error_problem
 from gym_server.gateway.errors import GatewayError
 from gym_server.gateway.record import SOURCE
 from gym_server.gateway.samples import SamplesReport, samples_report
 from gym_server.gateway.service import Gateways
+from gym_server.sessions.live import LiveSession
+from gym_server.sessions.manager import SessionManager
 
 router = APIRouter(tags=["gateway"], route_class=StrictJsonRoute)
 
@@ -47,6 +50,17 @@ def _gateways(request: Request) -> Gateways:
 
 def _error(exc: GatewayError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
+
+
+_OPENAI_PATH = re.compile(r"/v1/sessions/[^/]+/openai/v1/")
+
+
+def body_refusal(scope: Scope, exc: GymError) -> ASGIApp:
+    """The front's refusals of a body (`BodyGuard`: 413, 415) in OpenAI's error shape on the OpenAI
+    routes, whose clients parse that and not problem+json; problem+json on every other route."""
+    if _OPENAI_PATH.search(scope["path"]):
+        return _error(GatewayError.from_gym(exc))
+    return gym_error_problem(exc)
 
 
 @router.post(
@@ -185,14 +199,35 @@ def _last_answer(turns: list[dict[str, Any]]) -> str:
     summary="The episode's token-exact training samples",
     responses={404: {"description": "unknown rollout"}},
 )
-async def rollout_samples(rollout_id: str, store: StoreDep, tenant: TenantDep) -> Response:
-    """The recorded gateway calls split into samples with action masks (docs/gateway.md)."""
-    record = await store.get(rollout_id, tenant=tenant)
-    if record is None:
-        raise RolloutNotFound(rollout_id)
+async def rollout_samples(
+    rollout_id: str, store: StoreDep, manager: ManagerDep, tenant: TenantDep
+) -> Response:
+    """The recorded gateway calls split into samples with action masks (docs/gateway.md).
+
+    A live episode's are read from the episode itself, not from its stored row: the row is a snapshot
+    taken every few seconds, and a trainer asking right after a call (a stream's record is made as the
+    stream ends) found the call missing (issue 37)."""
+    live = _live(manager, rollout_id, tenant)
+    if live is not None:
+        turns = list(live.turn_data)  # a copy: calls may be recorded while the thread splits these
+        reward = live.verified.reward if live.verified is not None else None
+    else:
+        record = await store.get(rollout_id, tenant=tenant)
+        if record is None:
+            raise RolloutNotFound(rollout_id)
+        turns, reward = record.turns, record.reward
     # In a thread: an episode's token ids run to megabytes; splitting and serializing them is CPU work.
-    body = await asyncio.to_thread(_samples_json, record.turns, record.reward)
+    body = await asyncio.to_thread(_samples_json, turns, reward)
     return Response(body, media_type="application/json")
+
+
+def _live(manager: SessionManager, session_id: str, tenant: str | None) -> LiveSession | None:
+    """The live episode `session_id` of `tenant` (any tenant's when None), else None."""
+    try:
+        session = manager.get(session_id)
+    except GymError:
+        return None
+    return session if tenant is None or session.tenant == tenant else None
 
 
 def _samples_json(turns: list[dict[str, Any]], reward: float | None) -> bytes:

@@ -84,11 +84,12 @@ async def _create(
     a curriculum drew the task, when one did."""
     metadata = body.metadata
     spec = body.gateway
+    upstream = None
     if spec is not None:
         if gateways is None:
             raise GymError("the gateways are not running")
-        gateways.check(spec.upstream)
-        metadata = {**metadata, "gateway": gateways.describe(spec.upstream, spec.model, spec.token_exact)}
+        upstream = gateways.check(spec.upstream)
+        metadata = {**metadata, "gateway": gateways.describe(upstream, spec.model, spec.token_exact)}
     session = await manager.create(
         body.env,
         task_id=body.task_id,
@@ -113,8 +114,8 @@ async def _create(
     }
     if chosen is not None:
         payload["task_choice"] = chosen.model_dump()
-    if spec is not None and gateways is not None:
-        gateways.open(session.id, spec.upstream, spec.model, spec.token_exact, spec.api_key)
+    if spec is not None and gateways is not None and upstream is not None:
+        gateways.open(session, upstream, spec.model, spec.token_exact, spec.api_key)
         episode = f"{base_url.rstrip('/')}{router.prefix}/{session.id}"
         payload["gateway"] = {"base_url": f"{episode}/openai/v1", "mcp_url": f"{episode}/mcp"}
     return _json(payload)
