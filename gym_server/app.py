@@ -21,6 +21,7 @@ from gym_server.api.body_guard import BodyGuard
 from gym_server.api.front import serve_through_front
 from gym_server.api.host_guard import HostGuard, HostPolicy
 from gym_server.api.routers import environments, gateway, health, rollout_runs, rollouts, sessions, verify
+from gym_server.api.url_guard import UrlGuard
 from gym_server.auth import ui_login
 from gym_server.auth.keytable import KeyTable
 from gym_server.auth.middleware import AuthGate, AuthGuard
@@ -155,6 +156,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
         # Nothing after it runs for a request it refuses; with keys off it has nothing to check (the
         # routes read no principal then: `api.deps`).
         *([AuthGuard(gate)] if gate.enabled else []),
+        UrlGuard(),  # NUL in the path or query: a 422 before any route hands it to the store
         # A body that is not JSON or over the limit is never read; the /ui login and logout forms are
         # not JSON (the gate guards them).
         BodyGuard(settings.limits.max_body_bytes, form_paths=frozenset({UI_LOGIN, UI_LOGOUT})),
