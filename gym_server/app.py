@@ -143,11 +143,12 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.loop_lag = loop_lag
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
-    # OpenEnv's routes before the catalog's GET /v1/environments/{env:path}, which would take them.
+    # The facades' routes before the catalog's GET /v1/environments/{env:path}, which would take them
+    # (MCP's GET event stream included); OpenEnv's first, as its `.../openenv/mcp` also ends in `/mcp`.
     openenv_facade.mount(app)
+    mcp_facade.mount(app)  # /v1/environments/{env:path}/mcp, with the [mcp] extra only
     for module in (environments, sessions, gateway, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
-    mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static
     # In front of FastAPI's own layers, which cost more than a fast path's step; in this order.
     stages: list[Stage] = [
