@@ -210,7 +210,11 @@ class StepRequest(BaseModel):
 
     message: Message
     turn_data: dict[str, Any] | None = Field(
-        None, description="per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory"
+        None,
+        description=(
+            "per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory; the key "
+            "`source` is the server's (it marks the gateway's call records)"
+        ),
     )
 
     @field_validator("message")
