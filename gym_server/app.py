@@ -21,6 +21,7 @@ from gym_server.api.body_guard import BodyGuard
 from gym_server.api.front import serve_through_front
 from gym_server.api.host_guard import HostGuard, HostPolicy
 from gym_server.api.routers import environments, gateway, health, rollout_runs, rollouts, sessions, verify
+from gym_server.api.url_guard import UrlGuard
 from gym_server.auth import ui_login
 from gym_server.auth.keytable import KeyTable
 from gym_server.auth.middleware import AuthGate, AuthGuard
@@ -142,11 +143,12 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     app.state.loop_lag = loop_lag
     app.state.registry = registry if registry is not None else Registry.discover()
     install_error_handlers(app)
-    # OpenEnv's routes before the catalog's GET /v1/environments/{env:path}, which would take them.
+    # The facades' routes before the catalog's GET /v1/environments/{env:path}, which would take them
+    # (MCP's GET event stream included); OpenEnv's first, as its `.../openenv/mcp` also ends in `/mcp`.
     openenv_facade.mount(app)
+    mcp_facade.mount(app)  # /v1/environments/{env:path}/mcp, with the [mcp] extra only
     for module in (environments, sessions, gateway, verify, rollout_runs, rollouts, health, ui_login):
         app.include_router(module.router)
-    mcp_facade.mount(app)  # /v1/environments/{env}/mcp, with the [mcp] extra only
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static
     # In front of FastAPI's own layers, which cost more than a fast path's step; in this order.
     stages: list[Stage] = [
@@ -155,6 +157,7 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
         # Nothing after it runs for a request it refuses; with keys off it has nothing to check (the
         # routes read no principal then: `api.deps`).
         *([AuthGuard(gate)] if gate.enabled else []),
+        UrlGuard(),  # NUL in the path or query: a 422 before any route hands it to the store
         # A body that is not JSON or over the limit is never read; the /ui login and logout forms are
         # not JSON (the gate guards them).
         BodyGuard(

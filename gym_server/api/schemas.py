@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.messages import Message, check_text
 from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice
-from gym_server.store.records import NAME_MAX_CHARS, TrajectoryRecord
+from gym_server.store.records import NAME_MAX_CHARS, NAME_PATTERN, TrajectoryRecord
 
 __all__ = [
     "BatchVerifyItem",
@@ -160,7 +160,7 @@ class CreateSessionRequest(TaskRef):
     run: str | None = Field(
         None,
         max_length=NAME_MAX_CHARS,
-        pattern=r"^[^\x00-\x1f\x7f]*$",
+        pattern=NAME_PATTERN,
         description="groups trajectories of one run",
     )
     policy: dict[str, Any] | None = Field(None, description="model, weight version, sampling parameters")
@@ -210,7 +210,11 @@ class StepRequest(BaseModel):
 
     message: Message
     turn_data: dict[str, Any] | None = Field(
-        None, description="per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory"
+        None,
+        description=(
+            "per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory; the key "
+            "`source` is the server's (it marks the gateway's call records)"
+        ),
     )
 
     @field_validator("message")

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.store.inspector import TaskPasses, task_passes
-from gym_server.store.records import NAME_MAX_CHARS
+from gym_server.store.records import NAME_MAX_CHARS, NAME_PATTERN
 from gym_server.store.repository import TrajectoryFilter
 
 __all__ = [
@@ -58,9 +58,12 @@ class TaskChoice(BaseModel):
         None,
         min_length=1,
         max_length=NAME_MAX_CHARS,
+        pattern=NAME_PATTERN,
         description="the policy model whose history counts (session create: default `policy.model`)",
     )
-    run: str | None = Field(None, max_length=NAME_MAX_CHARS, description="count only this run's episodes")
+    run: str | None = Field(
+        None, max_length=NAME_MAX_CHARS, pattern=NAME_PATTERN, description="count only this run's episodes"
+    )
     min_pass: float = Field(0.1, ge=0.0, le=1.0, description="frontier: the lowest pass rate kept")
     max_pass: float = Field(0.9, ge=0.0, le=1.0, description="frontier: the highest pass rate kept")
     min_episodes: int = Field(1, ge=1, le=1_000_000, description="scored episodes before a rate counts")

@@ -65,6 +65,20 @@ __all__ = ["RecordSink", "SessionManager"]
 
 log = logging.getLogger(__name__)
 
+# The `turns` entries the server writes itself (an episode gateway's call records, `record_turn`) say
+# where they came from under this key. A client's turn data may not carry it, so no step or truncated
+# turn can pass for the server's records: `GET /v1/rollouts/{id}/samples` serves gateway records as
+# token-exact samples (issue 37).
+SERVER_TURN_KEY = "source"
+
+
+def _refuse_server_key(turn_data: dict[str, Any] | None) -> None:
+    if turn_data and SERVER_TURN_KEY in turn_data:
+        raise InvalidRequest(
+            f"turn_data may not hold {SERVER_TURN_KEY!r}: the server marks the turn records it writes itself "
+            "(an episode gateway's calls) with it"
+        )
+
 
 class RecordSink(Protocol):
     """Where finished and snapshotted trajectories go (the store's batching writer)."""
@@ -270,6 +284,7 @@ class SessionManager:
     async def step(
         self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None
     ) -> StepResult:
+        _refuse_server_key(turn_data)
         session = self._touch(session_id)
         async with session.lock:
             self._check_open(session)
@@ -320,6 +335,7 @@ class SessionManager:
         work as before. Returns how many turn records the trajectory holds now, and the session's
         failure class (the text may cross the transcript budget, as a step's message may).
         """
+        _refuse_server_key(turn_data)
         session = self._touch(session_id)
         async with session.lock:
             self._check_open(session)

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_TENANT",
     "INLINE_TASK_KEY",
     "NAME_MAX_CHARS",
+    "NAME_PATTERN",
     "FailureClass",
     "TrajectoryRecord",
     "TrajectoryStatus",
@@ -30,6 +31,9 @@ DEFAULT_TENANT = "default"
 # The longest name a row keeps (run, env, task id, the policy's model: `VARCHAR(255)` columns; PostgreSQL
 # refuses a longer one, so the API refuses it first).
 NAME_MAX_CHARS = 255
+# What a name may hold: no control character (PostgreSQL's `text` refuses NUL), as a pydantic `pattern`
+# for the request fields that become a name column or a filter of the store (`storable.name_problem`).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"
 
 # The metadata key under which an episode played on an inline task (one not in its environment's dataset,
 # or differing from the dataset's task of that id) keeps that task, answer included: `reverify` and

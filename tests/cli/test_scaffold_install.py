@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -22,6 +21,19 @@ from gym_server.cli.main import app
 from gym_server.cli.scaffold import gym_install_command
 
 ROOT = Path(__file__).resolve().parents[2]
+PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+SETUPTOOLS_70_1 = (
+    "import setuptools, sys; sys.exit(tuple(map(int, setuptools.__version__.split('.')[:2])) < (70, 1))"
+)
+# A `.pth` line run as the venv starts: `wheel` is found only where setuptools vendors its own copy, as
+# on a machine without the package (the system site-packages of this one may hold it).
+HIDE_WHEEL = (
+    "import sys; sys.meta_path.insert(0, type('NoWheel', (), {'find_spec': staticmethod("
+    "lambda name, path=None, target=None: None if name != 'wheel' else "
+    "__import__('importlib.machinery').machinery.PathFinder.find_spec("
+    "name, [p for p in __import__('sys').path if p.endswith('_vendor')]) "
+    "or (_ for _ in ()).throw(ModuleNotFoundError(name)))})())\n"
+)
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -39,13 +51,21 @@ def test_a_scaffolded_env_installs_offline_in_a_fresh_venv_and_passes_env_check(
     assert gym_install_command() in " ".join(scaffolded.output.split())
     assert gym_install_command() in (tmp_path / "notes" / "README.md").read_text()
 
+    # No ensurepip packages in the venv: Python 3.11's bundled setuptools 65.5 would shadow the system's
+    # and cannot build a wheel without the `wheel` package, which a new machine lacks ("invalid command
+    # 'bdist_wheel'", issue 37). pip and setuptools (>= 70.1, bdist_wheel built in: the dev extra's) come
+    # from the system site-packages, and `wheel` is hidden, so this runs as on a new machine.
+    venv.EnvBuilder(with_pip=False, system_site_packages=True).create(tmp_path / "venv")
+    python = str(tmp_path / "venv" / "bin" / "python")
+    purelib = Path(run([python, "-c", PURELIB], tmp_path).stdout.strip())
+    (purelib / "no_system_wheel.pth").write_text(HIDE_WHEEL)
+    run([python, "-c", SETUPTOOLS_70_1], tmp_path)
+
     dist = tmp_path / "dist"
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    build = [python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
     run([*build, "--wheel-dir", str(dist), str(ROOT)], cwd=tmp_path)
     (wheel,) = dist.glob("gym_server-*.whl")
 
-    venv.EnvBuilder(with_pip=True, system_site_packages=True).create(tmp_path / "venv")
-    python = str(tmp_path / "venv" / "bin" / "python")
     pip = [python, "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation"]
     # --force-reinstall: the system site-packages has a gym-server too; the venv must get the wheel's.
     run([*pip, "--no-deps", "--force-reinstall", str(wheel)], cwd=tmp_path)

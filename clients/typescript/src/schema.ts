@@ -1929,7 +1929,7 @@ export interface operations {
                     message: components["schemas"]["Message"];
                     /**
                      * Turn Data
-                     * @description per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory
+                     * @description per-turn token ids, logprobs and loss masks, stored verbatim with the trajectory; the key `source` is the server's (it marks the gateway's call records)
                      */
                     turn_data?: {
                         [key: string]: unknown;

@@ -17,6 +17,7 @@ from typing import Any, cast
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -186,8 +187,8 @@ async def answer_episode(
 
 
 def _last_answer(turns: list[dict[str, Any]]) -> str:
-    for turn in reversed(turns):
-        response = turn.get("response") if turn.get("source") == SOURCE else None
+    for turn in reversed(_gateway_calls(turns)):
+        response = turn.get("response")
         if isinstance(response, dict):
             return str(response.get("content") or "")
     return ""
@@ -230,6 +231,33 @@ def _live(manager: SessionManager, session_id: str, tenant: str | None) -> LiveS
     return session if tenant is None or session.tenant == tenant else None
 
 
+class _StoredCall(BaseModel):
+    """The fields of a gateway's call record (`gateway.record.call_record`) the samples are made of, as
+    the gateway writes them. A `turns` entry marked as the gateway's that is not of this shape was not
+    written by it (a client's turn data, before the server refused the mark in it: issue 37), so it is
+    no call of the episode: never a sample, never a 500."""
+
+    model_config = ConfigDict(strict=True)
+
+    call: int = Field(ge=0)
+    prompt_ids: list[int] | None
+    completion_ids: list[int] | None
+    logprobs: list[float] | None
+
+
+def _gateway_calls(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gateway's call records among `turns`, in call order."""
+    calls: list[dict[str, Any]] = []
+    for turn in turns:
+        if turn.get("source") != SOURCE:
+            continue
+        try:
+            _StoredCall.model_validate(turn)
+        except ValidationError:
+            continue
+        calls.append(turn)
+    return sorted(calls, key=lambda turn: int(turn["call"]))
+
+
 def _samples_json(turns: list[dict[str, Any]], reward: float | None) -> bytes:
-    calls = sorted((turn for turn in turns if turn.get("source") == SOURCE), key=lambda t: int(t["call"]))
-    return samples_report(calls, reward).model_dump_json().encode()
+    return samples_report(_gateway_calls(turns), reward).model_dump_json().encode()

@@ -34,7 +34,7 @@ from gym_server.core.problems import StrictJsonRoute
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
 from gym_server.sessions.rollout_runs import RolloutRun
-from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
+from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS, NAME_PATTERN
 from gym_server.trainer_adapters.chat import Renderer
 from gym_server.trainer_adapters.client import GymAPIError, SessionInfo, StepResult, VerifyResult
 from gym_server.trainer_adapters.driver import (
@@ -103,7 +103,7 @@ class RolloutRunRequest(BaseModel):
     limit: int | None = Field(None, ge=1, le=10000)
     n: int = Field(1, ge=1, le=256, description="episodes per task (a GRPO group), same task and seed")
     seed: int | None = Field(None, ge=0, le=2**62, description="gym seed of every task's start state")
-    run: str | None = Field(None, max_length=NAME_MAX_CHARS, pattern=r"^[^\x00-\x1f\x7f]*$")
+    run: str | None = Field(None, max_length=NAME_MAX_CHARS, pattern=NAME_PATTERN)
     policy: PolicySpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     max_turns: int = Field(8, ge=1, le=1024)

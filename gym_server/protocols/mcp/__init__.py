@@ -24,7 +24,7 @@ from gym_server.sessions.manager import SessionManager
 
 __all__ = ["MCP_PATH", "available", "mount", "serving"]
 
-MCP_PATH: Final = "/v1/environments/{env}/mcp"
+MCP_PATH: Final = "/v1/environments/{env:path}/mcp"  # a family member's name holds a slash
 
 
 def available() -> bool:
