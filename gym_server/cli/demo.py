@@ -157,23 +157,32 @@ def evaluate_held_out(
     *,
     phase: str,
     label: str,
+    served: str | None = None,
 ) -> dict[str, Any]:
     """Play the held-out episodes as run `<run>-<phase>` under policy label `label`: before and after
-    training are two runs and two policies in the store, which the inspector compares."""
+    training are two runs and two policies in the store, which the inspector compares.
+
+    `model` samples in this process; or pass `served`, the URL of a vLLM server that serves `label` (a
+    model or a LoRA adapter of that name), and `model=None`: the episodes sample from it."""
     from gym_server.cli.rollouts import confidence_interval
     from gym_server.trainer_adapters.chat import ChatRenderer
     from gym_server.trainer_adapters.client import GymClient
     from gym_server.trainer_adapters.driver import DriverConfig, RolloutDriver, summarize
-    from gym_server.trainer_adapters.samplers import LocalSampler, SamplingParams
+    from gym_server.trainer_adapters.samplers import CompletionsSampler, LocalSampler, SamplingParams
     from gym_server.trainer_adapters.tracking import rollout_metrics
 
     async def run() -> dict[str, Any]:
-        sampler = LocalSampler(
-            model,
-            int(tokenizer.pad_token_id),
-            name=label,
-            weight_version=label.rpartition("@")[2] or label,
-            max_batch=options["batch"],
+        version = label.rpartition("@")[2] or label
+        sampler = (
+            CompletionsSampler(served, label, weight_version=version)
+            if served
+            else LocalSampler(
+                model,
+                int(tokenizer.pad_token_id),
+                name=label,
+                weight_version=version,
+                max_batch=options["batch"],
+            )
         )
         config = DriverConfig(
             max_completion_tokens=options["max_completion"],
@@ -192,7 +201,7 @@ def evaluate_held_out(
         summary["ci95"] = confidence_interval(scored)
         summary["metrics"] = rollout_metrics(rollouts, prefix="eval/")
         summary["run"] = config.run
-        summary["policy"] = sampler.name
+        summary["policy"] = label
         return summary
 
     return asyncio.run(run())
@@ -290,6 +299,18 @@ def demo(
     compare_uniform: Annotated[
         bool, typer.Option(help="--agent: a second GRPO run with uniform task sampling, for comparison")
     ] = True,
+    policy_server: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            help="--agent: vllm (a real vLLM samples, the adapter loaded into it every step: make vllm) "
+            "or local (the trainer's own model samples in-process)",
+        ),
+    ] = "vllm",
+    vllm_python: Annotated[
+        str | None,
+        typer.Option(help="--policy vllm: vLLM's python (default: $GYM_VLLM_PYTHON, else var/vllm)"),
+    ] = None,
 ) -> None:
     """Train a small model with GRPO against the gym (CPU or GPU); print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -328,6 +349,8 @@ def demo(
             eval_temperature=eval_temperature,
             compare_uniform=compare_uniform,
             grpo_lr=lr or AgentPlan.grpo_lr,
+            policy=policy_server,
+            vllm_python=vllm_python,
         )
         out = output if output != Path("var/demo") else Path("var/demo-agent")
         run_agent_demo(model, plan, out, placement, seed, gym)

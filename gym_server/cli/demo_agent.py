@@ -26,12 +26,15 @@ the gym's store `gym.db` (the inspector compares the runs: docs/agent-demo.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import importlib
 import json
 import math
 import os
+import socket
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,16 +65,20 @@ class AgentPlan:
     sft_batch: int = 4
     sft_lr: float = 1e-3
     probe_tasks: int = 8
-    grpo_steps: int = 2
-    generations: int = 4
-    prompts_per_step: int = 2
-    grpo_lr: float = 5e-4
+    grpo_steps: int = 30
+    generations: int = 8
+    prompts_per_step: int = 1
+    grpo_lr: float = 1e-3
     eval_tasks: int = 50
     # model and tool tokens of a whole episode: a right one is about 90 with SmolLM2's tokenizer (two calls
     # of about 32 tokens, the tool's reply about 20); 80 cut every one of them after the lookup
     max_completion: int = 128
     eval_temperature: float = 1.0
     compare_uniform: bool = True
+    # vllm: a real vLLM samples every rollout and evaluation, the trainer's adapter loaded into it after
+    # every optimizer step (docs/vllm.md); local: the trainer's own model samples in this process
+    policy: str = "vllm"
+    vllm_python: str | None = None
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -163,13 +170,36 @@ def _grpo(
     seed: int,
     *,
     lora: bool,
-) -> tuple[Any, list[float | None]]:
-    """GRPO through the gym's token-exact rollout path; returns the trained model and its per-step
-    training reward."""
+    served: _Served | None,
+    adapter: str,
+) -> tuple[Any, list[float | None], dict[str, list[float]]]:
+    """GRPO through the gym's token-exact rollout path; returns the trained model, its per-step training
+    reward and where each step's time went (`generation`, `weight_update`, `step`).
+
+    With `served`, rollouts sample from vLLM under the adapter's name, and `VLLMWeightSync` loads the
+    trainer's adapter into it before the first step and after every step."""
     trl: Any = importlib.import_module("trl")
     from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward
 
-    rollout = GymRolloutFunc(gym_url, max_turns=4, run=run, seed=seed)
+    sampler, callbacks, sync = None, [], None
+    if served is not None:
+        from gym_server.trainer_adapters.samplers import CompletionsSampler
+        from gym_server.trainer_adapters.trl.weight_sync import VLLMWeightSync
+        from gym_server.trainer_adapters.vllm import LoraSync
+
+        sync = LoraSync(served.url, adapter, output / "adapters")
+        sampler = CompletionsSampler(served.url, adapter)
+        callbacks.append(VLLMWeightSync(sync))
+    rollout = GymRolloutFunc(gym_url, sampler=sampler, max_turns=4, run=run, seed=seed)
+    generation: list[float] = []
+
+    def timed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        started = time.perf_counter()
+        try:
+            return rollout(prompts, trainer)
+        finally:
+            generation.append(time.perf_counter() - started)
+
     args = grpo_args(
         output,
         placement,
@@ -187,14 +217,58 @@ def _grpo(
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=rollout,
+        rollout_func=timed,
         peft_config=lora_config() if lora else None,
+        callbacks=callbacks,
     )
     try:
         trainer.train()
     finally:
         rollout.close()
-    return trainer.model, [h["mean_reward"] for h in rollout.history]
+    steps = [float(log["step_time"]) for log in trainer.state.log_history if "step_time" in log]
+    timings = {
+        "generation": [round(t, 3) for t in generation],
+        "weight_update": [round(t.total_s, 3) for t in sync.timings[1:]] if sync else [],
+        "step": [round(t, 3) for t in steps],
+    }
+    return trainer.model, [h["mean_reward"] for h in rollout.history], timings
+
+
+@dataclass
+class _Served:
+    """The demo's vLLM: one server at a time (the base model, then the SFT warm start with LoRA on), each
+    started for a `save_pretrained` folder and stopped before the next (docs/vllm.md)."""
+
+    python: Path
+    logs: Path
+    url: str = ""
+    _server: Any = None
+
+    @contextlib.contextmanager
+    def serving(self, folder: Path, name: str, *, lora: bool) -> Iterator[_Served]:
+        from gym_server.trainer_adapters.vllm import VLLMOptions, VLLMServer
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        options = VLLMOptions(model_dir=folder, served_name=name, port=port, lora=lora, max_loras=2)
+        server = VLLMServer(options, self.python, self.logs / f"vllm-{name.replace('@', '-')}.log")
+        console.print(f"starting vLLM for {name} ({folder})…")
+        with server.running():
+            self.url = server.url
+            yield self
+        self.url = ""
+
+
+def _vllm_python(plan: AgentPlan) -> Path:
+    """vLLM's python, or a clear exit before anything slow starts."""
+    from gym_server.trainer_adapters.vllm import VLLMMissing, find_vllm_python
+
+    try:
+        return find_vllm_python(plan.vllm_python)
+    except VLLMMissing as exc:
+        console.print(f"[red]error:[/] gym-server demo --agent --policy vllm: {exc} (or --policy local)")
+        raise typer.Exit(2) from exc
 
 
 def run_agent_demo(
@@ -204,13 +278,21 @@ def run_agent_demo(
     from gym_server.store.repository import TrajectoryFilter
     from gym_server.store.training_sets import NothingToExport, export_training_set
     from gym_server.trainer_adapters.driver import EpisodeSpec
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer, load_smollm2
+    from gym_server.trainer_adapters.models import (
+        VLLM_TINY_HIDDEN_SIZE,
+        build_tiny_model,
+        build_tiny_tokenizer,
+        load_smollm2,
+    )
     from gym_server.trainer_adapters.plots import reward_curve_png
     from gym_server.trainer_adapters.trl import load_curriculum_dataset
 
     if gym is not None:  # the export reads the store, which only a gym started here has at hand
         console.print("[red]error:[/] gym-server demo --agent starts its own gym; drop --gym")
         raise typer.Exit(2)
+    if plan.policy not in ("vllm", "local"):
+        raise typer.BadParameter("--policy must be vllm or local")
+    vllm = _Served(_vllm_python(plan), output) if plan.policy == "vllm" else None
     started = time.monotonic()
     timings: dict[str, float] = {}
     output.mkdir(parents=True, exist_ok=True)
@@ -235,9 +317,11 @@ def run_agent_demo(
         return now
 
     with local_gym(None, store) as gym_url:
+        policy: Any
         if model == "tiny":
             tokenizer = build_tiny_tokenizer()
-            policy = placement.place(build_tiny_model(tokenizer, seed=seed))
+            hidden = VLLM_TINY_HIDDEN_SIZE if vllm else 64  # vLLM's CPU attention wants head size >= 32
+            policy = placement.place(build_tiny_model(tokenizer, seed=seed, hidden_size=hidden))
         else:
             policy, tokenizer = load_smollm2(placement)
         from gym_server.trainer_adapters.client import SyncGymClient
@@ -252,13 +336,28 @@ def run_agent_demo(
         ) -> dict[str, Any]:
             console.print(f"evaluating {label} ({phase})…")
             summary = evaluate_held_out(
-                policy_now, tokenizer, gym_url, tasks or specs, options, phase=phase, label=label
+                None if vllm else policy_now,
+                tokenizer,
+                gym_url,
+                tasks or specs,
+                options,
+                phase=phase,
+                label=label,
+                served=vllm.url if vllm else None,
             )
             console.print(f"{label}: success {summary['success_rate']} over {summary['episodes']} episodes")
             return summary
 
         mark = time.monotonic()
-        evals = {"base": evaluate(policy, "base", f"agent-{model}@base")}
+        base_label = f"agent-{model}@base"
+        if vllm:
+            base = output / "base-model"
+            policy.save_pretrained(str(base))
+            tokenizer.save_pretrained(str(base))
+            with vllm.serving(base, base_label, lora=False):
+                evals = {"base": evaluate(None, "base", base_label)}
+        else:
+            evals = {"base": evaluate(policy, "base", base_label)}
         mark = lap("evaluate base", mark)
 
         solved = play_reference_demonstrations(gym_url, AGENT_ENV, plan.demos, f"{run}-demos", seed)
@@ -280,40 +379,55 @@ def run_agent_demo(
         )
         mark = lap("demonstrations and export", mark)
 
-        lora = model == "smollm2"  # the tiny model is trained whole
+        # SmolLM2 trains a LoRA adapter; the tiny model is trained whole, but for vLLM, which takes
+        # the trainer's weights as an adapter (docs/vllm.md)
+        lora = model == "smollm2" or vllm is not None
         warm = _sft(policy, tokenizer, sft_file, output / "sft", placement, plan, lora=lora)
-        warm.save_pretrained(str(output / "sft-model"))  # the warm start, for GRPO runs of one's own
+        warm_dir = output / "sft-model"  # the warm start, for GRPO runs of one's own (and vLLM's)
+        warm.save_pretrained(str(warm_dir))
+        tokenizer.save_pretrained(str(warm_dir))
         mark = lap("SFT", mark)
-        evals["sft"] = evaluate(warm, "sft", f"agent-{model}@sft")
-        mark = lap("evaluate SFT", mark)
+        sft_label = f"agent-{model}@sft"
+        with contextlib.ExitStack() as stack:
+            if vllm:  # the warm start, served with LoRA on: each GRPO run's adapter is loaded into it
+                stack.enter_context(vllm.serving(warm_dir, sft_label, lora=True))
+                mark = lap("start vLLM for the warm start", mark)
+            evals["sft"] = evaluate(warm, "sft", sft_label)
+            mark = lap("evaluate SFT", mark)
 
-        probe_label = f"agent-{model}@sft-probe"
-        probe_specs = [EpisodeSpec(AGENT_ENV, t["id"], None, 1, k) for k, t in enumerate(probe)]
-        evaluate(warm, "probe", probe_label, probe_specs)
-        size = plan.grpo_steps * plan.prompts_per_step
-        choice = {"rule": "difficulty", "policy": probe_label, "run": f"{run}-probe"}
-        samplings = {"curriculum": choice, **({"uniform": None} if plan.compare_uniform else {})}
-        curves: dict[str, list[float | None]] = {}
-        rules: dict[str, str] = {}
-        mark = lap("probe", mark)
-        for name, task_choice in samplings.items():
-            dataset = load_curriculum_dataset(gym_url, [AGENT_ENV], size, task_choice=task_choice, seed=seed)
-            rules[name] = str(dataset[0]["curriculum_rule"])
-            trained, curves[name] = _grpo(
-                copy.deepcopy(warm),
-                tokenizer,
-                dataset,
-                gym_url,
-                f"{run}-grpo-{name}",
-                output / name,
-                placement,
-                plan,
-                seed,
-                lora=lora,
-            )
-            mark = lap(f"GRPO ({name})", mark)
-            evals[f"grpo-{name}"] = evaluate(trained, f"eval-grpo-{name}", f"agent-{model}@grpo-{name}")
-            mark = lap(f"evaluate GRPO ({name})", mark)
+            # the curriculum reads the warm start's pass rates on a probe of training tasks (its own run)
+            probe_specs = [EpisodeSpec(AGENT_ENV, t["id"], None, 1, k) for k, t in enumerate(probe)]
+            evaluate(warm, "probe", sft_label, probe_specs)
+            size = plan.grpo_steps * plan.prompts_per_step
+            choice = {"rule": "difficulty", "policy": sft_label, "run": f"{run}-probe"}
+            samplings = {"curriculum": choice, **({"uniform": None} if plan.compare_uniform else {})}
+            curves: dict[str, list[float | None]] = {}
+            rules: dict[str, str] = {}
+            step_times: dict[str, dict[str, list[float]]] = {}
+            mark = lap("probe", mark)
+            for name, task_choice in samplings.items():
+                dataset = load_curriculum_dataset(
+                    gym_url, [AGENT_ENV], size, task_choice=task_choice, seed=seed
+                )
+                rules[name] = str(dataset[0]["curriculum_rule"])
+                label = f"agent-{model}@grpo-{name}"
+                trained, curves[name], step_times[name] = _grpo(
+                    copy.deepcopy(warm),
+                    tokenizer,
+                    dataset,
+                    gym_url,
+                    f"{run}-grpo-{name}",
+                    output / name,
+                    placement,
+                    plan,
+                    seed,
+                    lora=lora,
+                    served=vllm,
+                    adapter=label,
+                )
+                mark = lap(f"GRPO ({name})", mark)
+                evals[f"grpo-{name}"] = evaluate(trained, f"eval-grpo-{name}", label)
+                mark = lap(f"evaluate GRPO ({name})", mark)
 
     for summary in evals.values():
         successes = round((summary["success_rate"] or 0.0) * summary["scored"])
@@ -330,11 +444,13 @@ def run_agent_demo(
         "model": model,
         "env": AGENT_ENV,
         "device": placement.describe(),
+        "policy_server": plan.policy,
         "plan": asdict(plan),
         "run": run,
         "sft_rows": rows,
         "evaluations": evals,
         "train_reward_per_step": curves,
+        "step_seconds": step_times,
         "curriculum_rule": rules,
         "timings_s": timings,
         "wall_seconds": wall,

@@ -294,14 +294,17 @@ def call_record(
     stream: bool,
     upstream_ms: float,
     gateway_ms: float,
+    weight_version: str | None = None,
 ) -> dict[str, Any]:
-    """The `turns` entry of one complete call (`prompt_ids`/`completion_ids`, as drivers name them)."""
+    """The `turns` entry of one complete call (`prompt_ids`/`completion_ids`, as drivers name them);
+    `weight_version`: the policy revision that sampled it (the episode's `policy.weight_version`)."""
     exact = completed.token_exact
     return {
         "source": SOURCE,
         "call": index,
         "stream": stream,
         "model": completed.model,
+        "weight_version": weight_version,
         "messages": request.get("messages"),
         "tools": request.get("tools"),
         "response": completed.message,

@@ -78,6 +78,8 @@ class EpisodeGateway:
     secret: str | None = field(default=None, repr=False)  # the key, to redact from what is relayed
     calls: int = 0
     tally: SampleTally = field(default_factory=SampleTally, repr=False)
+    # the policy revision the episode was opened under (`policy.weight_version`), recorded on every call
+    weight_version: str | None = None
 
     @property
     def json_headers(self) -> dict[str, str]:
@@ -160,6 +162,8 @@ class Gateways:
         secret = api_key if api_key is not None and len(api_key) >= _MIN_SECRET else None
         root = str(upstream).rstrip("/")
         gateway = EpisodeGateway(session.id, root, Target.of(upstream), model, token_exact, headers, secret)
+        version = (session.policy or {}).get("weight_version")
+        gateway.weight_version = None if version is None else str(version)
         self._by_session[session] = gateway
         return gateway
 
@@ -417,7 +421,13 @@ class Gateways:
         index, gateway.calls = gateway.calls, gateway.calls + 1
         gateway_ms = max(0.0, (time.perf_counter() - started) * 1000 - upstream_ms)
         record = call_record(
-            index, body, completed, stream=stream, upstream_ms=upstream_ms, gateway_ms=gateway_ms
+            index,
+            body,
+            completed,
+            stream=stream,
+            upstream_ms=upstream_ms,
+            gateway_ms=gateway_ms,
+            weight_version=gateway.weight_version,
         )
         gateway.tally.add(record["prompt_ids"], record["completion_ids"])
         metadata = {"gateway": gateway.metadata(), "samples": gateway.tally.summary()}

@@ -39,6 +39,15 @@ def test_wilson_interval_stays_in_the_unit_range_and_matches_known_values() -> N
     assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
+def test_the_agent_demo_without_vllm_says_how_to_get_it(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    missing = str(tmp_path / "no-vllm" / "python")
+    result = run_demo("--agent", "--vllm-python", missing, "--output", str(tmp_path), "--tracker", "none")
+    assert result.exit_code == 2
+    assert "make vllm" in result.output and "--policy local" in result.output
+    assert not (tmp_path / "demo.json").exists()
+
+
 def test_the_agent_demo_refuses_an_outside_gym(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     result = run_demo(
@@ -56,6 +65,7 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     result = run_demo(
         "--agent", "--model", "tiny", "--demos", "6", "--sft-steps", "2", "--probe-tasks", "3",
         "--steps", "1", "--eval-tasks", "4", "--output", str(tmp_path), "--tracker", "none",
+        "--policy", "local",  # vLLM runs in its own environment: tests/interop/vllm
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "95% interval" in result.output

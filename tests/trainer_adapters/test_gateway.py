@@ -74,6 +74,24 @@ async def test_a_recorded_call_holds_the_tokens_the_policy_sampled(gym: AppHarne
     assert call["logprobs"] == [item["logprob"] for item in choice["logprobs"]["content"]]
     assert call["response"] == choice["message"] and call["finish_reason"] == choice["finish_reason"]
     assert call["messages"] == episode["messages"] and call["token_exact"] is True
+    assert call["weight_version"] is None  # the episode named no policy revision
+
+
+async def test_each_call_records_the_policy_revision_of_its_episode(gym: AppHarness, policy_url: str) -> None:
+    body = {
+        "env": "counter",
+        "task_id": "counter-0000",
+        "seed": 0,
+        "policy": {"model": "tiny", "weight_version": 7},  # a trainer's step: VLLMWeightSync loaded it
+        "gateway": {"upstream": policy_url},
+    }
+    episode = (await gym.client.post("/v1/sessions", json=body)).json()
+    base = episode["gateway"]["base_url"]
+    for _ in range(2):
+        answered = await gym.client.post(f"{base}/chat/completions", json=chat_body(episode))
+        assert answered.status_code == 200, answered.text
+    calls = await stored_calls(gym, episode["session_id"])
+    assert [call["weight_version"] for call in calls] == ["7", "7"]
 
 
 async def test_a_streamed_call_is_forwarded_and_recorded_alike(gym: AppHarness, policy_url: str) -> None:

@@ -41,6 +41,8 @@ class GatewayConfig:
         run: the gym run the episodes are filed under.
         ttl_s: idle TTL of each session (the gym's default when None).
         agent_timeout_s: wall-clock limit of one agent run; past it the episode is `policy_timeout`.
+        weight_version: the policy revision the upstream samples with (a trainer's step), stored with the
+            episode (`policy.weight_version`) and on each of its gateway calls.
     """
 
     upstream: str
@@ -49,6 +51,7 @@ class GatewayConfig:
     run: str | None = None
     ttl_s: float | None = None
     agent_timeout_s: float | None = 600.0
+    weight_version: str | None = None
 
 
 @dataclass(slots=True)
@@ -112,7 +115,12 @@ class _AgentRun:
             ttl_s=self.config.ttl_s,
             run=self.config.run,
             gateway=gateway,
-            policy={"kind": "agent", "model": self.config.model, "upstream": self.config.upstream},
+            policy={
+                "kind": "agent",
+                "model": self.config.model,
+                "upstream": self.config.upstream,
+                "weight_version": self.config.weight_version,
+            },
         )
         data = (await self.gym.request("POST", "/v1/sessions", json=body)).json()
         urls = data["gateway"]

@@ -83,7 +83,11 @@ class AgentRolloutFunc:
             upstream = self._policy.base_url
         step = int(trainer.state.global_step)
         config = GatewayConfig(
-            upstream=upstream, model=self.model, run=self.run, agent_timeout_s=self.agent_timeout_s
+            upstream=upstream,
+            model=self.model,
+            run=self.run,
+            agent_timeout_s=self.agent_timeout_s,
+            weight_version=str(step),  # the adapter revision VLLMWeightSync loaded after step `step`
         )
         specs = []
         for prompt, group in zip(prompts, _groups(prompts), strict=True):
