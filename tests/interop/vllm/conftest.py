@@ -11,6 +11,7 @@ cache (`grpo_steps.py warm`, about two minutes on 2 cores) and reused by later r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -95,7 +96,7 @@ def warmed_model(gym: Gym) -> Path:
 @pytest.fixture(scope="session")
 def vllm_policy(warmed_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMPolicy]:
     """`gym-server policy vllm` in the foreground of a child process, as a user runs it; stopped with
-    SIGINT (its Ctrl-C), which stops vLLM and its engine process."""
+    SIGTERM (as Ctrl-C), which stops vLLM and its engine process, and nothing of them may remain."""
     scratch = tmp_path_factory.mktemp("vllm")
     port = free_port()
     args = [
@@ -121,12 +122,34 @@ def vllm_policy(warmed_model: Path, tmp_path_factory: pytest.TempPathFactory) ->
             raise RuntimeError(f"vLLM not ready:\n{command_log.read_text()}\n{log}")
         time.sleep(1)
     yield VLLMPolicy(url, SERVED_NAME, warmed_model)
-    process.send_signal(2)  # SIGINT, as Ctrl-C
+    served_pid = _listener(port)
+    process.terminate()
     try:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+        raise
+    assert process.returncode == 0, command_log.read_text()
+    assert served_pid is None or not Path(f"/proc/{served_pid}").exists(), "vLLM outlived its command"
+
+
+def _listener(port: int) -> int | None:
+    """The pid of the process listening on `port` (vLLM's server), from /proc (Linux), or None."""
+    wanted = f":{port:04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[1].endswith(wanted) and fields[3] == "0A":  # LISTEN
+                    inodes.add(fields[9])
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return int(fd.parts[2])
+    return None
 
 
 def _serves(url: str, name: str) -> bool:
