@@ -279,13 +279,13 @@ def measure(
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = int(sock.getsockname()[1])
-            options = VLLMOptions(folder, recipe.model, port=port, dtype="auto" if gpu else "bfloat16")
+            options = VLLMOptions(folder, recipe.model, port=port)
             server = VLLMServer(options, find_vllm_python(), tmp / "vllm.log")
             stack.enter_context(server.running())
             sync = VLLMWeightSync(LoraSync(server.url, "bench-lora", tmp / "adapters"))
             sync._push = clock.timed("weights", "weights", sync._push)  # type: ignore[method-assign]
             callbacks.append(sync)
-            sampler = CompletionsSampler(server.url, "bench-lora")
+            sampler = CompletionsSampler(server.url, "bench-lora", seed_requests=False)
             policy, tokenizer = load_policy(str(folder), placement=placement)
         else:
             policy, tokenizer = load_policy(recipe.model, placement=placement)

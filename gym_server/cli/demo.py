@@ -163,7 +163,8 @@ def evaluate_held_out(
     training are two runs and two policies in the store, which the inspector compares.
 
     `model` samples in this process; or pass `served`, the URL of a vLLM server that serves `label` (a
-    model or a LoRA adapter of that name), and `model=None`: the episodes sample from it."""
+    model or a LoRA adapter of that name), and `model=None`: the episodes sample from it, unseeded
+    (`CompletionsSampler.seed_requests`: vLLM's CPU build cannot take seeds under load)."""
     from gym_server.cli.rollouts import confidence_interval
     from gym_server.trainer_adapters.chat import ChatRenderer
     from gym_server.trainer_adapters.client import GymClient
@@ -174,7 +175,7 @@ def evaluate_held_out(
     async def run() -> dict[str, Any]:
         version = label.rpartition("@")[2] or label
         sampler = (
-            CompletionsSampler(served, label, weight_version=version)
+            CompletionsSampler(served, label, weight_version=version, seed_requests=False)
             if served
             else LocalSampler(
                 model,

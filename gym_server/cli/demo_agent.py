@@ -188,7 +188,7 @@ def _grpo(
         from gym_server.trainer_adapters.vllm import LoraSync
 
         sync = LoraSync(served.url, adapter, output / "adapters")
-        sampler = CompletionsSampler(served.url, adapter)
+        sampler = CompletionsSampler(served.url, adapter, seed_requests=False)
         callbacks.append(VLLMWeightSync(sync))
     rollout = GymRolloutFunc(gym_url, sampler=sampler, max_turns=4, run=run, seed=seed)
     generation: list[float] = []

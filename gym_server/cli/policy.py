@@ -102,7 +102,9 @@ def vllm(
         Path, typer.Option(help="where tiny and smollm2 are written for vLLM (once; reused afterwards)")
     ] = Path("var/models"),
     max_model_len: Annotated[int, typer.Option(min=64, help="longest prompt + completion")] = 2048,
-    dtype: Annotated[str, typer.Option(help="bfloat16 on a CPU with bf16 units, auto on a GPU")] = "bfloat16",
+    dtype: Annotated[
+        str, typer.Option(help="auto: bf16 on a CPU with bf16 units, else fp32; vLLM's choice on a GPU")
+    ] = "auto",
     lora: Annotated[bool, typer.Option(help="accept LoRA adapters at run time (a trainer's)")] = True,
     max_lora_rank: Annotated[int, typer.Option(min=1)] = 16,
     kv_cache_gib: Annotated[int, typer.Option(min=1, help="CPU KV cache (VLLM_CPU_KVCACHE_SPACE)")] = 1,

@@ -225,3 +225,18 @@ def test_a_killed_launcher_takes_its_server_with_it(tmp_path: Path) -> None:
     finally:
         launcher.kill()
         launcher.wait()
+
+
+def test_auto_dtype_is_bf16_only_where_the_cpu_has_bf16_units(tmp_path: Path) -> None:
+    from gym_server.trainer_adapters.vllm.server import resolve_dtype
+
+    avx2 = tmp_path / "avx2"
+    avx2.write_text("flags\t\t: fpu sse2 avx avx2\n")
+    amx = tmp_path / "amx"
+    amx.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    no_gpu, gpu = tmp_path / "no-nvidia0", tmp_path / "nvidia0"
+    gpu.touch()
+    assert resolve_dtype("auto", avx2, no_gpu) == "float32"  # emulated bf16 samples ~3x slower
+    assert resolve_dtype("auto", amx, no_gpu) == "bfloat16"
+    assert resolve_dtype("auto", avx2, gpu) == "auto"  # vLLM's own choice on a GPU
+    assert resolve_dtype("float16", amx, no_gpu) == "float16"

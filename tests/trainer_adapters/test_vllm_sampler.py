@@ -92,6 +92,20 @@ async def test_vllm_requests_are_token_in_and_answers_kept_verbatim(
     assert [t["logprobs"] for t in stored["turns"]] == [fake_logprobs(n) for n in turn_lengths]
 
 
+async def test_requests_go_unseeded_when_asked(
+    fake_vllm: Any, gym_client: GymClient, renderer: ChatRenderer
+) -> None:
+    """vLLM's CPU build dies on seeded requests under load: the CPU recipes send none."""
+    fake_vllm.script = [render_tool_call("submit", {})]
+    sampler = CompletionsSampler(fake_vllm.url, "counter-lora", seed_requests=False)
+    config = DriverConfig(max_completion_tokens=64, max_turns=1, sampling=SamplingParams(seed=5), run="s")
+    await RolloutDriver(gym_client, sampler, renderer, config).run_episode(
+        EpisodeSpec("counter", "counter-0000", seed=2, sample_seed=3)
+    )
+    await sampler.aclose()
+    assert fake_vllm.requests and all("seed" not in body for body in fake_vllm.requests)
+
+
 async def test_an_unknown_adapter_name_is_a_policy_error_not_retried(
     fake_vllm: Any, gym_client: GymClient, renderer: ChatRenderer
 ) -> None:

@@ -30,6 +30,10 @@ class CompletionsSampler:
         timeout_s: the longest one sample may take before the turn ends as `policy_timeout`.
         weight_version: recorded with each trajectory; a trainer updates it after each weight sync.
         api_key: sent as a bearer token when the server wants one.
+        seed_requests: send each request's sampling seed. vLLM's CPU build (0.32.0) kills its engine on
+            a seeded request whose prefill is chunked (`CPU Generator does not use offset`, under a few
+            dozen concurrent requests), so the vLLM recipes on a CPU pass False: sampling is then not
+            reproducible request by request.
     """
 
     token_exact = True
@@ -45,8 +49,10 @@ class CompletionsSampler:
         max_connections: int = 256,
         extra_body: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        seed_requests: bool = True,
     ) -> None:
         self.base_url = server_root(base_url)
+        self.seed_requests = seed_requests
         self.model = model
         self.weight_version = weight_version
         self.extra_body = dict(extra_body or {})
@@ -89,7 +95,7 @@ class CompletionsSampler:
             "n": 1,
             **self.extra_body,
         }
-        if params.seed is not None:
+        if params.seed is not None and self.seed_requests:
             body["seed"] = params.seed
         if stop_token_ids:
             body["stop_token_ids"] = list(stop_token_ids)

@@ -12,8 +12,9 @@ child process started with `python -m vllm.entrypoints.openai.api_server` (the `
   behind the gym's gateway;
 - LoRA at run time (`--enable-lora`, `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`), so a trainer's adapter is
   loaded in place after every optimizer step (`weights.LoraSync`);
-- on a CPU: `--enforce-eager` (a cold torch.compile adds minutes to every start), bf16, and a KV cache
-  of `VLLM_CPU_KVCACHE_SPACE` GiB.
+- on a CPU: `--enforce-eager` (a cold torch.compile adds minutes to every start), bf16 where the CPU
+  has bf16 units and fp32 where it has not (`resolve_dtype`), and a KV cache of `VLLM_CPU_KVCACHE_SPACE`
+  GiB.
 
 Nothing here imports vLLM, torch or transformers: the trainer's process only starts and talks to it.
 """
@@ -39,6 +40,7 @@ __all__ = [
     "VLLMServer",
     "VLLMStartError",
     "find_vllm_python",
+    "resolve_dtype",
     "vllm_command",
     "vllm_environment",
 ]
@@ -70,7 +72,9 @@ class VLLMOptions:
         served_name: the name clients send as `model` (the base model; adapters get names of their own).
         port: the port on `host`.
         max_model_len: the longest sequence (prompt + completion) it accepts.
-        dtype: `bfloat16` on a CPU with bf16 units (AVX-512 BF16, AMX), `auto` on a GPU.
+        dtype: `auto` (vLLM's own choice on a GPU; on a CPU `bfloat16` where it has bf16 units, AVX-512
+            BF16 or AMX, and `float32` where it has not: emulated bf16 samples about 3x slower there,
+            measured on an AVX2-only EPYC), or any dtype vLLM takes.
         enforce_eager: skip torch.compile and CUDA graphs (start-up in ~50 s instead of ~3.5 min on a CPU).
         lora: accept LoRA adapters at run time; `max_lora_rank` and `max_loras` size its slots.
         tool_parser: vLLM's tool-call parser for `/v1/chat/completions` (None: no tool parsing).
@@ -83,7 +87,7 @@ class VLLMOptions:
     host: str = "127.0.0.1"
     port: int = 8101
     max_model_len: int = 2048
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     enforce_eager: bool = True
     lora: bool = True
     max_lora_rank: int = 16
@@ -139,7 +143,7 @@ def vllm_command(python: Path, options: VLLMOptions) -> list[str]:
         "--port",
         str(options.port),
         "--dtype",
-        options.dtype,
+        resolve_dtype(options.dtype),
         "--max-model-len",
         str(options.max_model_len),
         "--logprobs-mode",
@@ -154,6 +158,18 @@ def vllm_command(python: Path, options: VLLMOptions) -> list[str]:
         argv += ["--enable-lora", "--max-lora-rank", str(options.max_lora_rank)]
         argv += ["--max-loras", str(options.max_loras)]
     return argv + list(options.extra_args)
+
+
+def resolve_dtype(dtype: str, cpuinfo: Path = Path("/proc/cpuinfo"), gpu: Path = Path("/dev/nvidia0")) -> str:
+    """`auto` on a CPU-only machine: `bfloat16` when the CPU has bf16 units, else `float32`; anything
+    else (and `auto` with a GPU) as it is."""
+    if dtype != "auto" or gpu.exists():
+        return dtype
+    try:
+        flags = set(cpuinfo.read_text().split())
+    except OSError:
+        return "float32"
+    return "bfloat16" if flags & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
 def vllm_environment(options: VLLMOptions, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -59,7 +59,7 @@ def train(options: argparse.Namespace) -> None:
     completion = tokenizer.encode('<tool_call>\n{"name": "add", "arguments": {"amount": 3}}\n</tool_call>')
     probe = LogprobProbe(options.vllm, options.adapter, list(prompt.ids), list(completion))
     sync = LoraSync(options.vllm, options.adapter, options.output / "adapters")
-    sampler = CompletionsSampler(options.vllm, options.adapter)
+    sampler = CompletionsSampler(options.vllm, options.adapter, seed_requests=False)
     rollout = GymRolloutFunc(options.gym, sampler=sampler, max_turns=3, run="vllm-grpo", seed=0)
     steps: list[dict[str, object]] = []
     original = rollout.__call__
