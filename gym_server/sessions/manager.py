@@ -53,6 +53,7 @@ from gym_server.sessions.task_choice import choose_and_compare
 from gym_server.sessions.trajectory import trajectory_record
 from gym_server.store.records import (
     DEFAULT_TENANT,
+    FAILURE_DETAIL_KEY,
     INLINE_TASK_KEY,
     FailureClass,
     TrajectoryRecord,
@@ -375,11 +376,14 @@ class SessionManager:
         session.verified, session.verified_at_len, session.dirty = result, len(session.env.messages), True
         return result
 
-    async def close(self, session_id: str, failure: str | None = None) -> None:
+    async def close(self, session_id: str, failure: str | None = None, detail: str | None = None) -> None:
         """Close a session; closing an already closed or expired one is a no-op (idempotent DELETE).
 
         `failure` is the client's reason for giving up (e.g. `policy_error`): the episode is then stored
-        as failed with that class, unless the server already recorded one.
+        as failed with that class, unless the server already recorded one. `detail` is that failure's
+        cause in words (the gateway's "the upstream ... is unreachable: connection refused"), stored as
+        `metadata.failure_detail` with it: a class alone does not tell a policy server that was not up
+        yet from one that broke.
         """
         try:
             session = self.get(session_id)
@@ -387,6 +391,8 @@ class SessionManager:
             await self._acknowledge(session_id)  # a retried close confirms what the first could not
             return
         async with session.lock:
+            if failure and detail and not session.failure:
+                session.metadata[FAILURE_DETAIL_KEY] = detail
             session.failure = session.failure or failure
             done = session.env.done
             status = (

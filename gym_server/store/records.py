@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEFAULT_TENANT",
+    "FAILURE_DETAIL_KEY",
     "INLINE_TASK_KEY",
     "NAME_MAX_CHARS",
     "FailureClass",
@@ -36,6 +37,9 @@ NAME_MAX_CHARS = 255
 # `audit` score the episode again on the very task it was played on. Set by the server; a client's own
 # value under this key is replaced.
 INLINE_TASK_KEY = "inline_task"
+# The `metadata` key of a failure's cause in words, beside its class (`failure`): the gateway's "the
+# upstream http://127.0.0.1:8001 is unreachable: ConnectError, connection refused". Set by the server.
+FAILURE_DETAIL_KEY = "failure_detail"
 
 
 def utcnow() -> datetime:
