@@ -42,6 +42,7 @@ from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
 __all__ = [
     "ApiKey",
     "Base",
+    "MetadataPurpose",
     "PolicyModel",
     "Rescore",
     "Trajectory",
@@ -248,6 +249,25 @@ def _policy_model_sqlite(element: PolicyModel, compiler: SQLCompiler, **kw: Any)
 @compiles(PolicyModel, "postgresql")
 def _policy_model_postgres(element: PolicyModel, compiler: SQLCompiler, **kw: Any) -> str:
     return f"({compiler.process(element.clauses, **kw)} ->> 'model')"
+
+
+class MetadataPurpose(FunctionElement[str]):
+    """The `purpose` of a trajectory's metadata (`records.PURPOSE_KEY`), as text, NULL when unset; spelled
+    like `PolicyModel` (a literal path) so both databases read it the same way."""
+
+    type = String()
+    inherit_cache = True
+    name = "metadata_purpose"
+
+
+@compiles(MetadataPurpose)
+def _metadata_purpose_sqlite(element: MetadataPurpose, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"json_extract({compiler.process(element.clauses, **kw)}, '$.purpose')"
+
+
+@compiles(MetadataPurpose, "postgresql")
+def _metadata_purpose_postgres(element: MetadataPurpose, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"({compiler.process(element.clauses, **kw)} ->> 'purpose')"
 
 
 # The policy filter's index (revision 0003), with the columns the inspector reads beside the policy; at

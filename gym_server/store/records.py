@@ -17,9 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEFAULT_TENANT",
+    "EVALUATION",
     "FAILURE_DETAIL_KEY",
     "INLINE_TASK_KEY",
     "NAME_MAX_CHARS",
+    "PURPOSE_KEY",
     "FailureClass",
     "TrajectoryRecord",
     "TrajectoryStatus",
@@ -40,6 +42,10 @@ INLINE_TASK_KEY = "inline_task"
 # The `metadata` key of a failure's cause in words, beside its class (`failure`): the gateway's "the
 # upstream http://127.0.0.1:8001 is unreachable: ConnectError, connection refused". Set by the server.
 FAILURE_DETAIL_KEY = "failure_detail"
+# The `metadata` key saying what an episode was played for; `EVALUATION` marks held-out evaluations
+# (the demos', `gym-server eval`), which `gym-server export` leaves out of training data unless asked.
+PURPOSE_KEY = "purpose"
+EVALUATION = "evaluation"
 
 
 def utcnow() -> datetime:
