@@ -46,6 +46,7 @@ from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.budgets import apply_budgets, charge_bytes
+from gym_server.sessions.catalog import CatalogRescan
 from gym_server.sessions.deadlines import run_verifier, step_with_deadline
 from gym_server.sessions.live import LiveSession, StepResult
 from gym_server.sessions.metrics import SessionMetrics
@@ -90,6 +91,8 @@ class SessionManager:
         quotas: TenantQuotas | None = None,
     ) -> None:
         self.registry = registry
+        # Environments installed after start-up, found on the first create that names one.
+        self.catalog = CatalogRescan(registry)
         self.sink = sink
         self.settings = settings
         self.metrics = metrics or SessionMetrics()
@@ -134,7 +137,7 @@ class SessionManager:
             raise AtCapacity(limits.max_sessions, limits.retry_after_s)
         if ttl_s is not None and ttl_s > limits.max_ttl_s:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
-        entry = self.registry.get(env)
+        entry = self.registry.get(env) if env in self.registry else await self.catalog.entry(env)
         tenant = current_tenant.get() or DEFAULT_TENANT
         if self.quotas is not None:
             self.quotas.reserve_session(tenant)
