@@ -19,7 +19,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy.exc import SQLAlchemyError
 
 from gym_server.cli.db import DatabaseUrlOption, fail, resolve_database_url
-from gym_server.store.export import UnknownExportFormat, export_trajectories, format_for
+from gym_server.store.export import (
+    UnknownExportFormat,
+    count_matching_records,
+    export_trajectories,
+    format_for,
+)
 from gym_server.store.migrate import mask_url
 from gym_server.store.records import TrajectoryStatus
 from gym_server.store.repository import TrajectoryFilter
@@ -71,22 +76,35 @@ def export(
     min_margin: Annotated[
         float, typer.Option(min=0.0, help="preference: the smallest reward gap of a pair.")
     ] = 0.5,
+    include_evaluation: Annotated[
+        bool,
+        typer.Option(
+            "--include-evaluation",
+            help="Also evaluation episodes (metadata.purpose evaluation: the demos' held-out runs, "
+            "gym-server eval), left out by default.",
+        ),
+    ] = False,
 ) -> None:
     """Export stored trajectories (newest first) to a JSONL, CSV or Parquet file, or an SFT or preference
-    training set made from them."""
+    training set made from them. Evaluation episodes are left out unless --include-evaluation: held-out
+    tasks trained on are held out no more."""
     try:
         fmt = fmt or ExportFormat(format_for(output))
     except UnknownExportFormat as exc:
         raise typer.BadParameter(str(exc), param_hint="OUTPUT") from exc
     url = resolve_database_url(database_url)
+    evaluated = None if include_evaluation else False
     if kind is not ExportKind.TRAJECTORIES:
         if fmt is ExportFormat.CSV or status is not None or limit is not None:
             raise typer.BadParameter(
                 "a training set is written as jsonl or parquet, from completed trajectories, without --limit",
                 param_hint="--kind",
             )
-        where = TrajectoryFilter(run=run, env=env, task_id=task, tenant=tenant, policy=policy)
+        where = TrajectoryFilter(
+            run=run, env=env, task_id=task, tenant=tenant, policy=policy, evaluation=evaluated
+        )
         _export_training_set(url, output, kind, fmt, where, min_reward=min_reward, min_margin=min_margin)
+        _say_left_out(url, where)
         return
     if policy is not None:
         raise typer.BadParameter(
@@ -110,6 +128,7 @@ def export(
                 task_id=task,
                 status=status,
                 tenant=tenant,
+                evaluation=evaluated,
                 limit=limit,
                 progress=lambda n: progress.update(bar, description=f"{n} trajectories written"),
             )
@@ -118,6 +137,26 @@ def export(
     console.print(
         f"[green]Exported {count} trajectories[/green] as {fmt.value} to [bold]{escape(str(output))}[/bold]"
     )
+    _say_left_out(
+        url,
+        TrajectoryFilter(run=run, env=env, task_id=task, status=status, tenant=tenant, evaluation=evaluated),
+    )
+
+
+def _say_left_out(url: str, where: TrajectoryFilter) -> None:
+    """Name how many evaluation episodes the selection held and the export left out (none said when the
+    export kept them or there were none)."""
+    if where.evaluation is not False:
+        return
+    try:
+        left_out = count_matching_records(url, where.model_copy(update={"evaluation": True}))
+    except SQLAlchemyError as exc:
+        raise fail(f"cannot read the trajectory database {mask_url(url)}", exc) from exc
+    if left_out:
+        console.print(
+            f"left out {left_out} evaluation episodes (metadata.purpose evaluation); "
+            "--include-evaluation keeps them"
+        )
 
 
 def _export_training_set(

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gym_server.store.records import EVALUATION, PURPOSE_KEY
 from gym_server.trainer_adapters.client import GymClient, GymClientError
 from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
 from gym_server.trainer_adapters.remote_chat import RemoteRenderer
@@ -241,6 +242,8 @@ def _run(
         sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
         run=run,
         for_training=training,
+        # An evaluation's episodes say so, so `gym-server export` leaves them out of training data.
+        metadata={} if training else {PURPOSE_KEY: EVALUATION},
     )
     try:
         asyncio.run(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 import weakref
@@ -201,7 +202,9 @@ class Gateways:
                 raise GatewayError.upstream(
                     "the upstream did not list its models in time", timeout=True
                 ) from None
-            raise GatewayError.upstream(f"the upstream is unreachable: {exc.kind}") from None
+            raise GatewayError.upstream(
+                f"the upstream {gateway.root}/v1 is unreachable: {_cause(exc)}"
+            ) from None
         if response.status != 200:
             raise GatewayError.upstream(f"the upstream answered {response.status} to GET /v1/models")
         try:
@@ -391,15 +394,18 @@ class Gateways:
                 timeout=True,
             )
         else:
-            error = GatewayError.upstream(f"the upstream is unreachable or broke off: {exc.kind}")
+            error = GatewayError.upstream(
+                f"the upstream {gateway.root}/v1 is unreachable or broke off: {_cause(exc)}"
+            )
         return await self._fail(gateway, error)
 
     async def _fail(self, gateway: EpisodeGateway, error: GatewayError) -> GatewayError:
         """End the episode, stored as failed with the error's code as its failure class (`policy_error`,
-        `policy_timeout`, `max_transcript_bytes`); returns the error to raise."""
+        `policy_timeout`, `max_transcript_bytes`) and its message as the failure's detail (the row and
+        the inspector say why, as the agent's answer does); returns the error to raise."""
         failure = FailureClass(error.code or FailureClass.POLICY_ERROR)
         try:
-            await self.manager.close(gateway.session_id, failure=failure)
+            await self.manager.close(gateway.session_id, failure=failure, detail=error.message)
         except GymError as exc:  # closed meanwhile, or the store is slow: the row follows as it can
             log.warning(
                 "gateway of %s: closing after an upstream failure: %s", gateway.session_id, exc.detail
@@ -437,6 +443,16 @@ class Gateways:
             raise await self._fail(gateway, self._over_budget("the call's record")) from None
         except GymError as exc:
             raise GatewayError.from_gym(exc) from None
+
+
+def _cause(exc: UpstreamError) -> str:
+    """What happened, with the system's reason when a socket error caused it ("ConnectError: connection
+    refused"): the upstream client raises its own kinds from the OSError it met, which stays the context."""
+    context = exc.__context__
+    if isinstance(context, OSError):
+        reason = os.strerror(context.errno) if context.errno else str(context)
+        return f"{exc.kind}: {reason[:1].lower()}{reason[1:]}"
+    return exc.kind
 
 
 def _over(session: LiveSession) -> bool:

@@ -9,6 +9,7 @@ always be traced to the exact environment that produced it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import logging
 import random
@@ -137,6 +138,8 @@ class Registry:
         # Entry points (a family's name is its prefix, `reasoning_gym` for `reasoning_gym/gcd`) whose
         # environments need an extra that is not installed: asking for one says what to install.
         self._missing: dict[str, MissingExtra] = {}
+        # Entry points whose environments are loaded, by name: what `scan` skips.
+        self._loaded: set[str] = set()
         for cls in classes:
             self.add(cls)
 
@@ -147,18 +150,55 @@ class Registry:
     def discover(cls, group: str = ENTRY_POINT_GROUP) -> Registry:
         """Load every environment advertised by installed distributions; broken ones are logged, skipped."""
         registry = cls()
+        registry.merge(registry.scan(group))
+        return registry
+
+    def scan(self, group: str = ENTRY_POINT_GROUP) -> Registry:
+        """The environments of the entry points this registry has not loaded (all of them the first time:
+        those installed since, later), in a registry of their own for `merge`. Entry points that failed or
+        lack an extra are tried again, so installing the extra or a fixed version is found too.
+
+        Blocking (it imports the new distributions' modules): a running server calls it in a thread
+        (`sessions.catalog`); it only reads this registry, so requests go on using it meanwhile.
+        """
+        importlib.invalidate_caches()  # the path finders' and metadata's caches of folders' contents
+        found = Registry()
         for point in sorted(entry_points(group=group), key=lambda p: p.name):
+            if point.name in self._loaded:
+                continue
             try:
                 loaded = point.load()
                 classes = [loaded] if isinstance(loaded, type) else list(loaded())
                 for env_cls in classes:
-                    registry.add(env_cls)
+                    found.add(env_cls)
+                found._loaded.add(point.name)
             except MissingExtra as exc:
                 log.info("environment entry point %r is not offered: %s", point.name, exc)
-                registry._missing[point.name] = exc
+                found._missing[point.name] = exc
             except Exception as exc:
                 log.error("environment entry point %r (%s) failed to load: %s", point.name, point.value, exc)
-        return registry
+        return found
+
+    def merge(self, found: Registry) -> list[str]:
+        """Add what `scan` found; returns the names added. A name another class already holds is refused
+        (logged), as `add` refuses it. The table is replaced, not changed in place, so a thread iterating
+        the old one (the catalog's warm-up) never sees it change size."""
+        added: dict[str, EnvironmentEntry] = {}
+        for name, entry in found._entries.items():
+            existing = self._entries.get(name)
+            if existing is not None and existing.cls is not entry.cls:
+                log.error(
+                    "environment %r of %s is refused: %s already holds the name",
+                    name,
+                    entry.cls.__module__,
+                    existing.cls.__module__,
+                )
+            elif existing is None:
+                added[name] = entry
+        self._entries = {**self._entries, **added}
+        self._missing = {k: v for k, v in self._missing.items() if k not in found._loaded} | found._missing
+        self._loaded |= found._loaded
+        return sorted(added)
 
     def add(self, cls: type[Environment]) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Environment)):

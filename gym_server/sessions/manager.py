@@ -46,6 +46,7 @@ from gym_server.sdk.environment import Environment, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.budgets import apply_budgets, charge_bytes
+from gym_server.sessions.catalog import CatalogRescan
 from gym_server.sessions.deadlines import run_verifier, step_with_deadline
 from gym_server.sessions.live import LiveSession, StepResult
 from gym_server.sessions.metrics import SessionMetrics
@@ -53,6 +54,7 @@ from gym_server.sessions.task_choice import choose_and_compare
 from gym_server.sessions.trajectory import trajectory_record
 from gym_server.store.records import (
     DEFAULT_TENANT,
+    FAILURE_DETAIL_KEY,
     INLINE_TASK_KEY,
     FailureClass,
     TrajectoryRecord,
@@ -103,6 +105,8 @@ class SessionManager:
         quotas: TenantQuotas | None = None,
     ) -> None:
         self.registry = registry
+        # Environments installed after start-up, found on the first create that names one.
+        self.catalog = CatalogRescan(registry)
         self.sink = sink
         self.settings = settings
         self.metrics = metrics or SessionMetrics()
@@ -147,7 +151,7 @@ class SessionManager:
             raise AtCapacity(limits.max_sessions, limits.retry_after_s)
         if ttl_s is not None and ttl_s > limits.max_ttl_s:
             raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
-        entry = self.registry.get(env)
+        entry = self.registry.get(env) if env in self.registry else await self.catalog.entry(env)
         tenant = current_tenant.get() or DEFAULT_TENANT
         if self.quotas is not None:
             self.quotas.reserve_session(tenant)
@@ -404,11 +408,14 @@ class SessionManager:
         session.verified, session.verified_at_len, session.dirty = result, len(session.env.messages), True
         return result
 
-    async def close(self, session_id: str, failure: str | None = None) -> None:
+    async def close(self, session_id: str, failure: str | None = None, detail: str | None = None) -> None:
         """Close a session; closing an already closed or expired one is a no-op (idempotent DELETE).
 
         `failure` is the client's reason for giving up (e.g. `policy_error`): the episode is then stored
-        as failed with that class, unless the server already recorded one.
+        as failed with that class, unless the server already recorded one. `detail` is that failure's
+        cause in words (the gateway's "the upstream ... is unreachable: connection refused"), stored as
+        `metadata.failure_detail` with it: a class alone does not tell a policy server that was not up
+        yet from one that broke.
         """
         try:
             session = self.get(session_id)
@@ -416,6 +423,8 @@ class SessionManager:
             await self._acknowledge(session_id)  # a retried close confirms what the first could not
             return
         async with session.lock:
+            if failure and detail and not session.failure:
+                session.metadata[FAILURE_DETAIL_KEY] = detail
             session.failure = session.failure or failure
             done = session.env.done
             status = (

@@ -32,7 +32,7 @@ from gym_server.core import jsontext
 from gym_server.core.extras import needs_extras
 from gym_server.store.migrate import json_dumps, make_engine
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
-from gym_server.store.repository import TrajectoryFilter, row_to_record, select_trajectories
+from gym_server.store.repository import TrajectoryFilter, count_matching, row_to_record, select_trajectories
 
 if TYPE_CHECKING:
     import pyarrow
@@ -42,6 +42,7 @@ __all__ = [
     "SUFFIXES",
     "ExportFormat",
     "UnknownExportFormat",
+    "count_matching_records",
     "export_trajectories",
     "format_for",
     "parquet_schema",
@@ -115,6 +116,16 @@ def stream_records(
         engine.dispose()
 
 
+def count_matching_records(url: str, where: TrajectoryFilter) -> int:
+    """How many stored records `where` keeps, on an engine of its own (what an export left out)."""
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session:
+            return count_matching(session, where)
+    finally:
+        engine.dispose()
+
+
 def _write_jsonl(records: Iterator[TrajectoryRecord], out_path: Path, progress: Progress) -> int:
     count = 0
     with out_path.open("wb") as out:
@@ -182,6 +193,7 @@ def export_trajectories(
     task_id: str | None = None,
     status: TrajectoryStatus | None = None,
     tenant: str | None = None,
+    evaluation: bool | None = None,
     limit: int | None = None,
     progress: Progress | None = None,
 ) -> int:
@@ -192,6 +204,7 @@ def export_trajectories(
         out_path: the file to create (overwritten); its folder is created.
         fmt: `jsonl`, `csv` or `parquet` (see the module docstring for the layouts).
         run, env, task_id, status, tenant: keep only trajectories with these values; None keeps all.
+        evaluation: False leaves evaluation episodes out, True keeps only them (`TrajectoryFilter`).
         limit: export at most this many (the newest).
         progress: called with the running count as rows are written.
 
@@ -206,6 +219,8 @@ def export_trajectories(
         require_pyarrow()  # fail before touching the database or the output file
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status, tenant=tenant)
+    where = TrajectoryFilter(
+        run=run, env=env, task_id=task_id, status=status, tenant=tenant, evaluation=evaluation
+    )
     with stream_records(url, where, limit) as records:
         return writers[fmt](records, path, progress or (lambda _count: None))

@@ -42,6 +42,7 @@ from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
 __all__ = [
     "ApiKey",
     "Base",
+    "MetadataPurpose",
     "PolicyModel",
     "Rescore",
     "Trajectory",
@@ -228,26 +229,41 @@ api_keys_table: Table = Base.metadata.tables["api_keys"]
 trajectory_totals_table: Table = Base.metadata.tables["trajectory_totals"]
 
 
-class PolicyModel(FunctionElement[str]):
-    """The `model` of a trajectory's policy, spelled as the expression index of revision 0003 is.
-
-    An expression index serves only queries that spell the same expression, and SQLAlchemy's
-    `policy["model"]` binds the path as a parameter, which neither SQLite nor Postgres matches to an index.
-    """
+class _JsonText(FunctionElement[str]):
+    """One key of a JSON column as text (NULL when absent), the path written into the SQL as a literal:
+    an expression index serves only queries that spell the same expression, and SQLAlchemy's
+    `column["key"]` binds the path as a parameter, which neither SQLite nor Postgres matches to an index.
+    Each subclass names its key (`json_key`); a class per key keeps SQLAlchemy's statement cache right."""
 
     type = String()
     inherit_cache = True
+    json_key: ClassVar[str]
+
+
+@compiles(_JsonText)
+def _json_text_sqlite(element: _JsonText, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"json_extract({compiler.process(element.clauses, **kw)}, '$.{element.json_key}')"
+
+
+@compiles(_JsonText, "postgresql")
+def _json_text_postgres(element: _JsonText, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"({compiler.process(element.clauses, **kw)} ->> '{element.json_key}')"
+
+
+class PolicyModel(_JsonText):
+    """The `model` of a trajectory's policy, spelled as the expression index of revision 0003 is."""
+
+    inherit_cache = True
     name = "policy_model"
+    json_key = "model"
 
 
-@compiles(PolicyModel)
-def _policy_model_sqlite(element: PolicyModel, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"json_extract({compiler.process(element.clauses, **kw)}, '$.model')"
+class MetadataPurpose(_JsonText):
+    """The `purpose` of a trajectory's metadata (`records.PURPOSE_KEY`): evaluation episodes say so."""
 
-
-@compiles(PolicyModel, "postgresql")
-def _policy_model_postgres(element: PolicyModel, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"({compiler.process(element.clauses, **kw)} ->> 'model')"
+    inherit_cache = True
+    name = "metadata_purpose"
+    json_key = "purpose"
 
 
 # The policy filter's index (revision 0003), with the columns the inspector reads beside the policy; at

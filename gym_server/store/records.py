@@ -17,9 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEFAULT_TENANT",
+    "EVALUATION",
+    "FAILURE_DETAIL_KEY",
     "INLINE_TASK_KEY",
     "NAME_MAX_CHARS",
     "NAME_PATTERN",
+    "PURPOSE_KEY",
     "FailureClass",
     "TrajectoryRecord",
     "TrajectoryStatus",
@@ -40,6 +43,13 @@ NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"
 # `audit` score the episode again on the very task it was played on. Set by the server; a client's own
 # value under this key is replaced.
 INLINE_TASK_KEY = "inline_task"
+# The `metadata` key of a failure's cause in words, beside its class (`failure`): the gateway's "the
+# upstream http://127.0.0.1:8001 is unreachable: ConnectError, connection refused". Set by the server.
+FAILURE_DETAIL_KEY = "failure_detail"
+# The `metadata` key saying what an episode was played for; `EVALUATION` marks held-out evaluations
+# (the demos', `gym-server eval`), which `gym-server export` leaves out of training data unless asked.
+PURPOSE_KEY = "purpose"
+EVALUATION = "evaluation"
 
 
 def utcnow() -> datetime:

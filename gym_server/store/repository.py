@@ -23,8 +23,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gym_server.core.errors import RolloutNotFound
-from gym_server.store.models import PolicyModel, Rescore, Trajectory, trajectories_table
-from gym_server.store.records import FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.models import MetadataPurpose, PolicyModel, Rescore, Trajectory, trajectories_table
+from gym_server.store.records import EVALUATION, FailureClass, TrajectoryRecord, TrajectoryStatus, utcnow
 
 __all__ = [
     "RescoreRecord",
@@ -64,6 +64,12 @@ class TrajectoryFilter(BaseModel):
     policy: str | None = Field(None, description="the policy's `model` name")
     created_from: datetime | None = Field(None, description="created at or after")
     created_to: datetime | None = Field(None, description="created before")
+    evaluation: bool | None = Field(
+        None,
+        description=(
+            "True: only evaluation episodes (`metadata.purpose` is `evaluation`); False: all but those"
+        ),
+    )
 
     def clauses(self) -> list[ColumnElement[bool]]:
         columns = trajectories_table.c
@@ -83,6 +89,9 @@ class TrajectoryFilter(BaseModel):
             clauses.append(columns.created_at >= self.created_from)
         if self.created_to is not None:
             clauses.append(columns.created_at < self.created_to)
+        if self.evaluation is not None:
+            purpose = func.coalesce(MetadataPurpose(columns["metadata"]), "")  # unset is not evaluation
+            clauses.append(purpose == EVALUATION if self.evaluation else purpose != EVALUATION)
         return clauses
 
 

@@ -10,7 +10,15 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 import typer
-from store.training_episodes import TOOLS, known_episodes, opening, store_known_episodes, turns
+from store.test_export import store_records
+from store.training_episodes import (
+    TOOLS,
+    episode,
+    known_episodes,
+    opening,
+    store_known_episodes,
+    turns,
+)
 from typer.testing import CliRunner
 
 from gym_server.cli import export
@@ -121,6 +129,38 @@ def test_cli_exports_an_sft_set_of_a_policy(runner: CliRunner, store_url: str, t
     assert result.exit_code == 0, result.output
     assert f"Exported 1 sft examples as jsonl to {out}" in result.stderr
     assert [row["trajectory_id"] for row in _read_jsonl(out)] == ["a-other-seed"]
+
+
+def test_cli_leaves_evaluation_episodes_out_of_every_export_and_says_how_many(
+    runner: CliRunner, store_url: str, tmp_path: Path
+) -> None:
+    """A held-out evaluation (metadata.purpose evaluation, as the demo's and `gym-server eval` store it)
+    is not training data: `export` leaves it out, names the count, and keeps it on request."""
+    records = known_episodes()
+    held_out = episode("held-out", "count-z", 1.0, [3], run="r1-after", order=10)
+    held_out.metadata = {"purpose": "evaluation"}
+    tagged = episode("other-purpose", "count-y", 1.0, [3], order=11)
+    tagged.metadata = {"purpose": "probe"}
+    store_records(store_url, [*records, held_out, tagged])
+    out = tmp_path / "sets" / "sft.jsonl"
+    base = ["--database-url", store_url]
+
+    result = runner.invoke(cli, ["export", str(out), "--kind", "sft", *base])
+    assert result.exit_code == 0, result.output
+    assert "left out 1 evaluation episodes" in result.stderr and "--include-evaluation" in result.stderr
+    assert {row["task_id"] for row in _read_jsonl(out)} == {"count-a", "count-y"}
+
+    result = runner.invoke(cli, ["export", str(out), "--kind", "sft", "--include-evaluation", *base])
+    assert result.exit_code == 0, result.output
+    assert "left out" not in result.stderr
+    assert "count-z" in {row["task_id"] for row in _read_jsonl(out)}
+
+    raw = tmp_path / "all.jsonl"
+    result = runner.invoke(cli, ["export", str(raw), *base])
+    assert result.exit_code == 0, result.output
+    assert f"Exported {len(records) + 1} trajectories" in result.stderr
+    assert "left out 1 evaluation episodes" in result.stderr
+    assert "held-out" not in {row["id"] for row in _read_jsonl(raw)}
 
 
 def test_cli_refuses_a_run_with_nothing_above_the_threshold(

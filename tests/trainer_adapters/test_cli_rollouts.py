@@ -59,7 +59,10 @@ def test_eval_resumes_and_rollout_writes_token_data(
         (orjson.loads(line)["task_id"], orjson.loads(line)["sample"]) for line in lines
     )
     # Only the cut episode was played again: 4 + 1 sessions in the gym, not 4 + 4.
-    assert stored_run(server.url, "eval-counter-validation", 5)["total"] == 5
+    evaluated = stored_run(server.url, "eval-counter-validation", 5)
+    assert evaluated["total"] == 5
+    # Marked as evaluation, so `gym-server export` leaves them out of training data.
+    assert {item["metadata"].get("purpose") for item in evaluated["items"]} == {"evaluation"}
 
     data = tmp_path / "rollouts.jsonl"
     collected = CliRunner().invoke(
@@ -78,6 +81,7 @@ def test_eval_resumes_and_rollout_writes_token_data(
     # The same episodes are in the store under the run (their tokens: see the scripted test below).
     stored = stored_run(server.url, "collect", 3)
     assert {item["id"] for item in stored["items"]} == {row["session_id"] for row in rows}
+    assert all("purpose" not in item["metadata"] for item in stored["items"])  # training data
 
 
 def test_rollout_stores_the_tokens_it_writes(

@@ -44,7 +44,12 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     png = (tmp_path / "reward_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     record = json.loads((tmp_path / "demo.json").read_text())
-    assert record["before"]["episodes"] == record["after"]["episodes"] == 32
+    assert record["before"]["episodes"] == record["after"]["episodes"] == 64
+    # 16 held-out tasks, four episodes each: success per task, the interval over tasks.
+    for summary in (record["before"], record["after"]):
+        assert len(summary["per_task"]) == 16 and all(t.startswith("heldout-") for t in summary["per_task"])
+        low, high = summary["task_ci95"]
+        assert low <= summary["task_mean"] <= high
     assert len(record["train_reward_per_step"]) == 2
     # The tracker got the held-out evaluations (steps 0 and 2) and each GRPO step's episodes.
     client = mlflow.MlflowClient(tracking_uri=(tmp_path / "tracking" / "mlruns").as_uri())
@@ -53,7 +58,7 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
     evals = client.get_metric_history(run.info.run_id, "eval/episodes")
-    assert [(m.step, m.value) for m in evals] == [(0, 32.0), (2, 32.0)]
+    assert [(m.step, m.value) for m in evals] == [(0, 64.0), (2, 64.0)]
     train = client.get_metric_history(run.info.run_id, "gym/episodes")
     assert sorted(m.step for m in train) == [0, 1]
     invalid = client.get_metric_history(run.info.run_id, "gym/invalid_tool_call_rate")
@@ -84,18 +89,35 @@ def assert_the_demo_leaves_what_a_user_expects(output: Path, record: dict[str, A
         try:
             for summary in (before, after):
                 rows = await store.list(run=summary["run"], limit=100)
-                assert len(rows) == summary["episodes"] == 32
+                assert len(rows) == summary["episodes"] == 64
                 assert {row.policy["model"] for row in rows if row.policy} == {summary["policy"]}
+                # Marked as evaluation: `gym-server export` leaves them out of training data.
+                assert {row.metadata.get("purpose") for row in rows} == {"evaluation"}
                 rescored = await Rescorer(Registry.discover(), store, LimitSettings()).rescore_many(
                     run=summary["run"]
                 )
                 assert rescored.total.skipped == 0, rescored
-                assert rescored.total.rescored == 32
-                assert sum(o.reward for o in rescored.outcomes) / 32 == pytest.approx(summary["mean_reward"])
+                assert rescored.total.rescored == 64
+                assert sum(o.reward for o in rescored.outcomes) / 64 == pytest.approx(summary["mean_reward"])
         finally:
             await store.stop()
 
     asyncio.run(read_and_reverify())
+
+
+def test_the_held_out_interval_is_over_tasks_not_episodes() -> None:
+    """Four episodes of one task are not four independent draws: with every task all-or-nothing, 16 tasks
+    of 4 episodes give an interval over the 16 tasks, twice as wide as one over 64 'independent' ones."""
+    from gym_server.cli.rollouts import confidence_interval
+
+    per_task = [0.0] * 8 + [1.0] * 8
+    low, high = demo_module.task_interval(per_task)
+    assert low < 0.5 < high
+    assert demo_module.task_interval(per_task) == (low, high)  # seeded: the report is reproducible
+    episodes = [reward for reward in per_task for _ in range(4)]
+    assert (high - low) / 2 > 1.8 * confidence_interval(episodes)
+    assert demo_module.task_interval([1.0] * 16) == (1.0, 1.0)
+    assert demo_module.task_interval([]) == (0.0, 0.0)
 
 
 def test_the_default_model_is_the_one_make_demo_installs_for(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,8 +128,26 @@ async def test_a_failing_upstream_fails_the_episode_and_records_no_call(
     assert error["code"] == failure
     record = await stored(gym, episode["session_id"])  # stored once the call failed
     assert (record["status"], record["failure"], gateway_calls(record)) == ("failed", failure, [])
+    assert record["metadata"]["failure_detail"] == error["message"]  # the cause, as the agent read it
     again = openai_error(await chat(gym, episode), 410)
     assert "start a new session" in again["message"]
+
+
+async def test_a_policy_server_not_up_yet_is_named_with_its_cause_in_the_answer_the_row_and_the_inspector(
+    gym: AppHarness,
+) -> None:
+    """An agent started before its policy server: every episode fails as policy_error, and the answer,
+    the stored row and the inspector's page say which URL refused the connection."""
+    url = f"http://127.0.0.1:{free_port()}"
+    episode = await open_episode(gym, f"{url}/v1")
+    error = openai_error(await chat(gym, episode), 502)
+    cause = f"the upstream {url}/v1 is unreachable or broke off: ConnectError: connection refused"
+    assert error["message"] == cause
+    record = await stored(gym, episode["session_id"])
+    assert (record["failure"], record["metadata"]["failure_detail"]) == ("policy_error", cause)
+    page = await gym.client.get(f"/ui/trajectories/{episode['session_id']}")
+    assert page.status_code == 200
+    assert f'<dd class="failure-detail">{cause}</dd>' in page.text
 
 
 async def test_a_stream_cut_midway_ends_in_an_error_event_and_counts_no_call(

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import Field
 
-from gym_server.api.deps import RegistryDep, StoreDep
+from gym_server.api.deps import ManagerDep, RegistryDep, StoreDep
 from gym_server.api.schemas import DatasetInfo, EnvironmentInfo, EnvironmentList, TaskPage
 from gym_server.auth.context import current_tenant
 from gym_server.sdk.registry import EnvironmentEntry, Registry
@@ -109,5 +109,6 @@ async def get_curriculum(
 
 
 @router.get("/{env:path}", response_model=EnvironmentInfo, summary="Describe one environment")
-async def get_environment(env: str, registry: RegistryDep) -> EnvironmentInfo:
-    return await asyncio.to_thread(describe, registry.get(env))
+async def get_environment(env: str, manager: ManagerDep) -> EnvironmentInfo:
+    # An environment installed after start-up is found here too, as a session's create finds it.
+    return await asyncio.to_thread(describe, await manager.catalog.entry(env))
