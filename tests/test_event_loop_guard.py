@@ -448,7 +448,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/ui/login"): _ui_login,
     ("GET", "/ui/logout"): _gets("/ui/logout"),
     ("POST", "/ui/logout"): _ui_login,
-    ("ANY", "/v1/environments/{env}/mcp"): _mcp,
+    ("ANY", "/v1/environments/{env:path}/mcp"): _mcp,
     ("GET", "/ui"): _gets("/ui"),
     ("GET", "/ui/highlight.css"): _gets("/ui/highlight.css"),
     ("GET", "/ui/runs"): _gets("/ui/runs"),

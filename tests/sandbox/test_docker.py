@@ -129,10 +129,12 @@ async def test_reaper_removes_what_dead_owners_left_and_spares_live_ones(
 
 
 async def test_reaper_runs_on_a_timer(docker_backend: DockerBackend) -> None:
-    docker_backend.start_reaper(interval_s=0.2)
+    # the orphan first: with the timer already running, it removed the container between its create and
+    # its start on a loaded machine (409 "marked for removal"), failing the test, not the reaper
     orphan = await asyncio.to_thread(
         _labelled, docker_backend.server_name, "crash", host=socket.gethostname(), owner=_dead_owner()
     )
+    docker_backend.start_reaper(interval_s=0.2)
     deadline = time.monotonic() + 30  # removing a container can take seconds on a busy engine
     while await asyncio.to_thread(_exists, orphan):
         assert time.monotonic() < deadline, "the timed reaper did not remove the orphan within 30 s"

@@ -110,6 +110,7 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     found = asyncio.run(runs())
     assert found["demos"] == {"reference"}
     labels = [found[phase] for phase in ("base", "sft", "probe")]
-    assert labels == [{"agent-tiny@base"}, {"agent-tiny@sft"}, {"agent-tiny@sft-probe"}]
+    # the probe is the warm start's own run: the same policy (vLLM serves it under that one name)
+    assert labels == [{"agent-tiny@base"}, {"agent-tiny@sft"}, {"agent-tiny@sft"}]
     assert found["grpo-curriculum"] and found["grpo-uniform"]  # the training episodes are stored too
     assert found["eval-grpo-uniform"] == {"agent-tiny@grpo-uniform"}

@@ -203,11 +203,10 @@ def _last_answer(turns: list[dict[str, Any]]) -> str:
 async def rollout_samples(
     rollout_id: str, store: StoreDep, manager: ManagerDep, tenant: TenantDep
 ) -> Response:
-    """The recorded gateway calls split into samples with action masks (docs/gateway.md).
-
-    A live episode's are read from the episode itself, not from its stored row: the row is a snapshot
-    taken every few seconds, and a trainer asking right after a call (a stream's record is made as the
-    stream ends) found the call missing (issue 37)."""
+    """The recorded gateway calls split into samples with action masks (docs/gateway.md)."""
+    # A live episode's calls are read from the episode itself, not from its stored row: the row is a
+    # snapshot taken every few seconds, and a trainer asking right after a call (a stream's record is
+    # made as the stream ends) found the call missing (issue 37).
     live = _live(manager, rollout_id, tenant)
     if live is not None:
         turns = list(live.turn_data)  # a copy: calls may be recorded while the thread splits these
