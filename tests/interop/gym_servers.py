@@ -24,7 +24,17 @@ from typing import Any
 
 import pytest
 
-__all__ = ["Gym", "KeyedGym", "anyio_backend", "bearer", "free_port", "gym", "gym_with", "keyed_gym"]
+__all__ = [
+    "Gym",
+    "KeyedGym",
+    "anyio_backend",
+    "bearer",
+    "free_port",
+    "gym",
+    "gym_python",
+    "gym_with",
+    "keyed_gym",
+]
 
 STORE_WAIT_S = 30.0
 
@@ -95,7 +105,7 @@ class KeyedGym:
     """`episodes` with its secret changed: well-formed, unknown to the gym."""
 
 
-def _python() -> str:
+def gym_python() -> str:
     python = os.environ.get("GYM_INTEROP_PYTHON")
     if not python:
         pytest.fail(
@@ -112,14 +122,14 @@ def create_key(tmp: Path, tenant: str, scope: str) -> str:
     """A key made as a user makes one, `gym-server keys create`, in the database `_start(tmp)` serves."""
     args = ["keys", "create", "--tenant", tenant, "--scope", scope, "--database-url", _database_url(tmp)]
     done = subprocess.run(
-        [_python(), "-m", "gym_server.cli.main", *args], capture_output=True, text=True, timeout=60
+        [gym_python(), "-m", "gym_server.cli.main", *args], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
 def _start(tmp: Path, **settings: str) -> Gym:
-    python = _python()
+    python = gym_python()
     port = free_port()
     env = {
         **os.environ,

