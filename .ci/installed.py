@@ -1,6 +1,8 @@
 """Exit 0 when the checkout in the current directory is already installed, editable, from this very folder,
-with every requirement of the named extras satisfied at the lock's pins: then `pip install -e .[extras]`
-would change nothing and CI skips it (a resolve costs 20-40 s on the 2-core machine, several times a run).
+(the service and each distribution requirements/workspace.txt names, with the entry points and dependencies
+their pyproject.toml files declare), with every requirement of the named extras satisfied at the lock's
+pins: then `pip install -r requirements/workspace.txt -e .[extras]` would change nothing and CI skips it
+(a resolve costs 20-40 s on the 2-core machine, several times a run).
 Exit 1, with the reason on stderr, when anything differs, so the caller installs.
 
 Usage: python .ci/installed.py [EXTRAS] [LOCK]      EXTRAS: comma-separated (default none),
@@ -35,8 +37,15 @@ def lock_pins(lock: Path) -> dict[str, str]:
     return pins
 
 
-def problem(root: Path, extras: list[str], pins: dict[str, str]) -> str | None:
-    """Why `pip install -e root[extras]` would change something, or None when it would not."""
+def members(root: Path) -> list[Path]:
+    """The workspace's other distributions (`-e ./<folder>` lines of requirements/workspace.txt)."""
+    listing = root / "requirements" / "workspace.txt"
+    lines = listing.read_text().splitlines() if listing.exists() else []
+    return [root / line[2:].strip() for line in lines if line.startswith("-e ")]
+
+
+def member_problem(root: Path) -> str | None:
+    """Why the distribution in `root` is not installed, editable from there, as its pyproject.toml says."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     try:
         dist = metadata.distribution(project["name"])
@@ -45,9 +54,23 @@ def problem(root: Path, extras: list[str], pins: dict[str, str]) -> str | None:
     origin = json.loads(dist.read_text("direct_url.json") or "{}")
     if not origin.get("dir_info", {}).get("editable") or origin.get("url") != root.as_uri():
         return f"{project['name']} is installed from {origin.get('url', 'an index')}, not {root.as_uri()}"
-    scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
-    if scripts != project.get("scripts", {}):
-        return "the console scripts differ from pyproject.toml's"
+    groups = {"console_scripts": project.get("scripts", {}), **project.get("entry-points", {})}
+    declared = {(group, name, value) for group, points in groups.items() for name, value in points.items()}
+    if {(ep.group, ep.name, ep.value) for ep in dist.entry_points} != declared:
+        return f"{project['name']}'s entry points differ from its pyproject.toml's"
+    installed = {str(Requirement(text)) for text in dist.requires or [] if "extra ==" not in text}
+    if installed != {str(Requirement(text)) for text in project.get("dependencies", [])}:
+        return f"{project['name']}'s dependencies differ from its pyproject.toml's"
+    return None
+
+
+def problem(root: Path, extras: list[str], pins: dict[str, str]) -> str | None:
+    """Why `pip install -r requirements/workspace.txt -e root[extras]` would change something, or None."""
+    for folder in [root, *members(root)]:
+        why = member_problem(folder)
+        if why:
+            return why
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     optional = project.get("optional-dependencies", {})
     unknown = [extra for extra in extras if extra not in optional]
     if unknown:

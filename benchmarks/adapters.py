@@ -78,10 +78,10 @@ class Row:
 
 
 async def play_driver(setup: Setup) -> list[Any]:
-    from gym_server.trainer_adapters.chat import ChatRenderer
-    from gym_server.trainer_adapters.client import GymClient
-    from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, RolloutDriver
-    from gym_server.trainer_adapters.samplers import LocalSampler, SamplingParams
+    from gym_trainer.chat import ChatRenderer
+    from gym_trainer.client import GymClient
+    from gym_trainer.driver import DriverConfig, EpisodeSpec, RolloutDriver
+    from gym_trainer.samplers import LocalSampler, SamplingParams
 
     sampler = LocalSampler(setup.model, int(setup.tokenizer.pad_token_id), name="bench")
     config = DriverConfig(
@@ -99,8 +99,8 @@ async def play_driver(setup: Setup) -> list[Any]:
 
 
 async def play_trl(setup: Setup) -> list[Any]:
-    from gym_server.trainer_adapters.trl import GymRolloutFunc
-    from gym_server.trainer_adapters.warmup import offset_task_prompts
+    from gym_trainer.trl import GymRolloutFunc
+    from gym_trainer.warmup import offset_task_prompts
 
     prompts = [row["prompt"] for row in offset_task_prompts(setup.tasks)]
     trainer = SimpleNamespace(
@@ -131,8 +131,8 @@ def rows() -> list[Row]:
 
 async def direct(setup: Setup, rollouts: list[Any]) -> float:
     """Generate every model span of `rollouts` again from its exact context, with no gym; seconds."""
-    from gym_server.trainer_adapters.chat import ChatRenderer
-    from gym_server.trainer_adapters.samplers import LocalSampler, SamplingParams
+    from gym_trainer.chat import ChatRenderer
+    from gym_trainer.samplers import LocalSampler, SamplingParams
 
     stops = sorted(ChatRenderer(setup.tokenizer).eos_token_ids)
     sampler = LocalSampler(setup.model, int(setup.tokenizer.pad_token_id), name="direct")
@@ -198,9 +198,9 @@ async def measure(setup: Setup, row: Row, repeats: int) -> Result:
 def load(model: str, gym_url: str, episodes: int) -> tuple[Any, Any, list[dict[str, Any]]]:
     import torch
 
-    from gym_server.trainer_adapters.client import SyncGymClient
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer, load_smollm2
-    from gym_server.trainer_adapters.warmup import counter_offset_tasks, tiny_counter_recipe
+    from gym_trainer.client import SyncGymClient
+    from gym_trainer.models import build_tiny_model, build_tiny_tokenizer, load_smollm2
+    from gym_trainer.warmup import counter_offset_tasks, tiny_counter_recipe
 
     torch.set_num_threads(1)
     if model == "tiny":

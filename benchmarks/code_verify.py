@@ -39,7 +39,7 @@ from _sessions_system import CLK_TCK, HOST, REPO, ManagedProcess, free_port, mac
 
 DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "## Code verification (`benchmarks/code_verify.py`)"
-TASKS = REPO / "gym_server" / "datasets" / "humaneval" / "test.jsonl"
+TASKS = REPO / "datasets" / "gym_datasets" / "humaneval" / "test.jsonl"
 TARGETS = {"bubblewrap": 50.0, "docker": 25.0}
 KEPT = "### Where the CPU goes"  # the analysis below the table, which --write-docs keeps
 
@@ -239,7 +239,7 @@ async def profile_backend(
     from gym_server.sandbox.bubblewrap import BubblewrapBackend
     from gym_server.sandbox.docker import DockerBackend
     from gym_server.sandbox.protocol import Limits
-    from gym_server.verifiers.code import HARNESS_ARGV, encode_request
+    from gym_verifiers.code import HARNESS_ARGV, encode_request
 
     requests = [verify_request(json.loads(line)["answer"]) for line in TASKS.read_text().splitlines()]
     empty = {**requests[0], "setup": "", "tests": []}

@@ -1,7 +1,7 @@
 """GPU step speed: where a GRPO step of the SmolLM2 chain_sum recipe spends its time, and how busy the GPU is.
 
 It trains `gym-server demo --model smollm2`'s recipe (the same `GRPOConfig` and LoRA adapter, built by
-`gym_server.cli.demo.grpo_args` / `lora_config`; SmolLM2-135M, `reasoning_gym/chain_sum`, 8 generations
+`gym_trainer.trl.grpo_args` / `lora_config`; SmolLM2-135M, `reasoning_gym/chain_sum`, 8 generations
 x 2 prompts, 64 completion tokens, `extracted` shaping) against a fresh local gym, with the bundled
 in-process sampler on the same device, and splits every step into three phases:
 
@@ -183,7 +183,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-    from gym_server.trainer_adapters.devices import resolve_or_exit
+    from gym_trainer.devices import resolve_or_exit
 
     placement = resolve_or_exit(args.device, args.dtype)
     gpu = placement.is_cuda
@@ -246,14 +246,15 @@ def measure(
     trl: Any = importlib.import_module("trl")
     from transformers import TrainerCallback
 
-    from gym_server.cli.demo import grpo_args, lora_config
-    from gym_server.trainer_adapters.models import export_policy, load_policy
-    from gym_server.trainer_adapters.samplers import CompletionsSampler
-    from gym_server.trainer_adapters.trl import (
+    from gym_trainer.models import export_policy, load_policy
+    from gym_trainer.samplers import CompletionsSampler
+    from gym_trainer.trl import (
         GymRolloutFunc,
+        grpo_args,
         gym_component_reward,
         gym_reward,
         load_gym_dataset,
+        lora_config,
     )
 
     gpu = placement.is_cuda
@@ -272,8 +273,8 @@ def measure(
         sampler = None
         lora = recipe.model == "smollm2" or policy_kind == "vllm"  # vLLM takes the weights as an adapter
         if policy_kind == "vllm":
-            from gym_server.trainer_adapters.trl.weight_sync import VLLMWeightSync
-            from gym_server.trainer_adapters.vllm import LoraSync, VLLMOptions, VLLMServer, find_vllm_python
+            from gym_trainer.trl.weight_sync import VLLMWeightSync
+            from gym_trainer.vllm import LoraSync, VLLMOptions, VLLMServer, find_vllm_python
 
             folder = export_policy(recipe.model, tmp / "model")
             with socket.socket() as sock:

@@ -67,7 +67,7 @@ class DirectBackend:
 
     async def create_session(self, env: str, **kwargs: Any) -> Any:
         from gym_server.sdk.tasks import Task
-        from gym_server.trainer_adapters.client import SessionInfo
+        from gym_trainer.client import SessionInfo
 
         entry = self.registry.get(env)
         task = Task.model_validate(kwargs["task"]) if kwargs.get("task") else entry.task(kwargs["task_id"])
@@ -89,14 +89,14 @@ class DirectBackend:
         )
 
     async def step(self, session_id: str, message: dict[str, Any], turn_data: Any = None) -> Any:
-        from gym_server.trainer_adapters.client import StepResult
+        from gym_trainer.client import StepResult
 
         instance = self.live[session_id]
         outcome = await instance.step(message, tool_timeout_s=30.0, max_tool_calls=32)
         return StepResult(outcome.messages, instance.done, None, outcome.info)
 
     async def verify(self, session_id: str) -> Any:
-        from gym_server.trainer_adapters.client import VerifyResult
+        from gym_trainer.client import VerifyResult
 
         result = await self.live[session_id].verify()
         return VerifyResult(result.reward, dict(result.components), dict(result.info), result.failure)
@@ -132,7 +132,7 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 12
 async def play(
     mode: str, backend: Any, driver_args: dict[str, Any], specs: list[Any], concurrency: int
 ) -> Measure:
-    from gym_server.trainer_adapters.driver import RolloutDriver, summarize
+    from gym_trainer.driver import RolloutDriver, summarize
 
     driver = RolloutDriver(backend, **driver_args)
     started = time.perf_counter()
@@ -157,9 +157,9 @@ def prepare_policy(workdir: Path, warmup_steps: int, gym_url: str) -> tuple[Path
     """Warm the tiny model up on counter tool calls and save it for the policy server."""
     import torch
 
-    from gym_server.trainer_adapters.client import SyncGymClient
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-    from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
+    from gym_trainer.client import SyncGymClient
+    from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
+    from gym_trainer.warmup import counter_offset_tasks, warm_up_counter
 
     torch.set_num_threads(1)
     tokenizer = build_tiny_tokenizer()
@@ -176,10 +176,10 @@ def prepare_policy(workdir: Path, warmup_steps: int, gym_url: str) -> tuple[Path
 async def benchmark(
     args: argparse.Namespace, gym_url: str, policy_url: str, tasks: list[dict[str, Any]], tokenizer: Any
 ) -> list[Measure]:
-    from gym_server.trainer_adapters.chat import ChatRenderer
-    from gym_server.trainer_adapters.client import GymClient
-    from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec
-    from gym_server.trainer_adapters.samplers import CompletionsSampler, SamplingParams
+    from gym_trainer.chat import ChatRenderer
+    from gym_trainer.client import GymClient
+    from gym_trainer.driver import DriverConfig, EpisodeSpec
+    from gym_trainer.samplers import CompletionsSampler, SamplingParams
 
     sampler = CompletionsSampler(policy_url, "tiny-counter")
     config = DriverConfig(
@@ -236,7 +236,7 @@ def main() -> None:
     if args.quick:
         args.episodes, args.repeats, args.warmup_steps = 16, 1, 30
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from gym_server.trainer_adapters.chat import ChatRenderer  # noqa: F401  (fail early without the extra)
+    from gym_trainer.chat import ChatRenderer  # noqa: F401  (fail early without the extra)
 
     with tempfile.TemporaryDirectory(prefix="gym-bench-rollouts-") as tmp:
         workdir = Path(tmp)

@@ -11,7 +11,7 @@ What it measures, and how (issue 4 "Benchmark"; design.md target: math verify p5
 * Concurrency C is C coroutines on one event loop, each calling back to back, for a bounded number of
   calls (`--calls`) and at most `--seconds` of wall time, after a warm-up. Pure-Python verifiers share
   one core through the GIL, so their throughput stays flat with C while latency grows; `math` runs in the
-  killable worker pool (`gym_server.verifiers.math`, one worker per usable CPU, at most 4), so its
+  killable worker pool (`gym_verifiers.math`, one worker per usable CPU, at most 4), so its
   throughput scales with the pool.
 * The LLM judge is not here: its cost is the judge model's, not the library's.
 
@@ -41,10 +41,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gym_server.verifiers import choice, json_checks, numeric, text, tool_call
-from gym_server.verifiers import format as fmt
-from gym_server.verifiers.math import close_shared_pool, math_match, shared_pool
-from gym_server.verifiers.rubric import Criterion, Rubric
+from gym_verifiers import choice, json_checks, numeric, text, tool_call
+from gym_verifiers import format as fmt
+from gym_verifiers.math import close_shared_pool, math_match, shared_pool
+from gym_verifiers.rubric import Criterion, Rubric
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs" / "benchmarks.md"

@@ -14,19 +14,18 @@ ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# 1. Dependencies (a layer that changes only with pyproject.toml or the wheelhouse): wheels of every
-#    requirement and of the build backend, then an install into the venv from those wheels alone.
+# 1. Dependencies (a layer that changes only with the pyproject files or the wheelhouse): wheels of every
+#    third-party requirement of the service, the trainer side and the verifier library (the built-in
+#    environments add none: deploy/image_requirements.py) and of the build backend, then an install into the
+#    venv from those wheels alone.
 COPY deploy/wheelhouse/ /wheelhouse/
-COPY pyproject.toml ./
+COPY deploy/image_requirements.py pyproject.toml ./
+COPY trainer_adapters/pyproject.toml trainer_adapters/
+COPY verifiers/pyproject.toml verifiers/
 ARG EXTRAS=sandbox
 RUN set -eu; \
     python3 -c 'import sys; assert sys.version_info >= (3, 11), "BASE_IMAGE needs python3 >= 3.11: " + sys.version'; \
-    python3 -c 'import sys, tomllib; \
-project = tomllib.load(open("pyproject.toml", "rb")); \
-deps = list(project["project"]["dependencies"]) + list(project["build-system"]["requires"]); \
-extras = [e for e in sys.argv[1].split(",") if e]; \
-deps += [d for e in extras for d in project["project"]["optional-dependencies"][e]]; \
-print("\n".join(deps))' "${EXTRAS}" >/tmp/requirements.txt; \
+    python3 image_requirements.py "${EXTRAS}" >/tmp/requirements.txt; \
     if ls /wheelhouse/*.whl >/dev/null 2>&1; then \
         echo "dependencies from the wheelhouse only (no index)"; set -- --no-index --find-links /wheelhouse; \
     else \
@@ -35,12 +34,18 @@ print("\n".join(deps))' "${EXTRAS}" >/tmp/requirements.txt; \
     python3 -m venv /opt/venv; \
     /opt/venv/bin/pip wheel --quiet "$@" --wheel-dir /wheels -r /tmp/requirements.txt; \
     /opt/venv/bin/pip install --quiet --no-index --find-links /wheels -r /tmp/requirements.txt
-# 2. The project: one package folder (environments, verifiers, trainer adapters and datasets included).
+# 2. The workspace's distributions: the service, the trainer side, the verifier library, the task files
+#    and each built-in environment, as wheels (their tests stay out).
 COPY README.md ./
 COPY gym_server/ gym_server/
+COPY trainer_adapters/ trainer_adapters/
+COPY verifiers/ verifiers/
+COPY datasets/ datasets/
+COPY environments/ environments/
 RUN set -eu; \
-    /opt/venv/bin/pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir /wheels .; \
-    /opt/venv/bin/pip install --quiet --no-deps --no-index /wheels/gym_server-*.whl; \
+    /opt/venv/bin/pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir /wheels/gym \
+        . trainer_adapters verifiers datasets environments/*/; \
+    /opt/venv/bin/pip install --quiet --no-deps --no-index /wheels/gym/*.whl; \
     /opt/venv/bin/pip check; \
     /opt/venv/bin/pip uninstall --quiet --yes pip setuptools wheel; \
     /opt/venv/bin/gym-server --help >/dev/null

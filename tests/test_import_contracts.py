@@ -19,8 +19,11 @@ LINT = "from importlinter.cli import lint_imports_command; lint_imports_command(
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
-    """`lint-imports` over the `gym_server` found at `root`, with `root`'s pyproject.toml."""
-    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "200"}
+    """`lint-imports` over the workspace found at `root` (each distribution's folder first on the path), with
+    `root`'s pyproject.toml."""
+    folders = [root, root / "trainer_adapters", root / "verifiers", root / "datasets"]
+    folders += sorted(path.parent for path in root.glob("environments/*/pyproject.toml"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, folders)), "COLUMNS": "200"}
     return subprocess.run(
         [sys.executable, "-c", LINT, "--no-cache"],
         cwd=root,
@@ -33,9 +36,9 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
-    shutil.copytree(
-        REPO / "gym_server", tmp_path / "gym_server", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for folder in ("gym_server", "trainer_adapters", "verifiers", "datasets", "environments"):
+        ignored = shutil.ignore_patterns("__pycache__", "*.egg-info", "tests", "*.jsonl")
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=ignored)
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     return tmp_path
 
@@ -50,26 +53,26 @@ def test_the_tree_keeps_every_contract() -> None:
     ("module", "line", "named"),
     [
         (
-            "environments/counter/env.py",
+            "environments/counter/gym_env_counter/env.py",
             "from gym_server.store.records import FailureClass",
-            "gym_server.environments.counter.env -> gym_server.store.records",
+            "gym_env_counter.env -> gym_server.store.records",
         ),
         (
-            "trainer_adapters/episodes.py",
+            "trainer_adapters/gym_trainer/episodes.py",
             "from gym_server.core import settings",
-            "gym_server.trainer_adapters.episodes -> gym_server.core.settings",
+            "gym_trainer.episodes -> gym_server.core.settings",
         ),
-        ("auth/middleware.py", "from gym_server.api import deps", ".auth -> .api"),
+        ("gym_server/auth/middleware.py", "from gym_server.api import deps", ".auth -> .api"),
         (
-            "sessions/manager.py",
-            "from gym_server.environments.counter import env",
-            "gym_server.sessions.manager -> gym_server.environments.counter.env",
+            "gym_server/sessions/manager.py",
+            "from gym_env_counter import env",
+            "gym_server.sessions.manager -> gym_env_counter.env",
         ),
     ],
     ids=["env-reaches-the-store", "client-imports-the-server", "auth-api-cycle", "service-imports-an-env"],
 )
 def test_a_forbidden_import_breaks_a_contract(copy: Path, module: str, line: str, named: str) -> None:
-    path = copy / "gym_server" / module
+    path = copy / module
     path.write_text(path.read_text() + f"\n{line}  # forbidden\n")
     done = lint_imports(copy)
     assert done.returncode == 1, done.stdout

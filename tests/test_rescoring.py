@@ -17,11 +17,11 @@ from conftest import AppHarness, make_settings
 from gymtest import call, open_counter, solve_counter, wait_for_rollout
 from typer.testing import CliRunner
 
+from gym_env_counter.env import CounterEnv
 from gym_server import VerifyResult
 from gym_server.app import create_app
 from gym_server.cli import rescore
 from gym_server.core.settings import LimitSettings
-from gym_server.environments.counter.env import CounterEnv
 from gym_server.scoring import rescoring
 from gym_server.scoring.rescoring import CannotRescore, Rescorer
 from gym_server.sdk.registry import Registry

@@ -20,9 +20,9 @@ import art
 from art.local import LocalBackend
 from art.rewards import ruler_score_group
 
-from gym_server.trainer_adapters.art import GymRolloutConfig, gym_trajectory_groups
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.episodes import EpisodeSpec
+from gym_trainer.art import GymRolloutConfig, gym_trajectory_groups
+from gym_trainer.client import GymClient
+from gym_trainer.episodes import EpisodeSpec
 
 
 async def main(args: argparse.Namespace) -> None:

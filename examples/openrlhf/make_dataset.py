@@ -9,8 +9,8 @@ import argparse
 import json
 from pathlib import Path
 
-from gym_server.trainer_adapters.client import SyncGymClient
-from gym_server.trainer_adapters.openrlhf import gym_prompt_rows
+from gym_trainer.client import SyncGymClient
+from gym_trainer.openrlhf import gym_prompt_rows
 
 
 def main() -> None:

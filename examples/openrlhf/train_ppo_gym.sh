@@ -13,7 +13,7 @@ export GYM_RUN=${GYM_RUN:-openrlhf-$ENV}
 export GYM_OPENRLHF_MAX_TURNS=${GYM_OPENRLHF_MAX_TURNS:-8}
 mkdir -p "$OUT"
 python "$(dirname "$0")/make_dataset.py" --gym "$GYM_URL" --env "$ENV" --out "$OUT/prompts.jsonl"
-AGENT=$(python -c 'import gym_server.trainer_adapters.openrlhf.agent_func as m; print(m.__file__)')
+AGENT=$(python -c 'import gym_trainer.openrlhf.agent_func as m; print(m.__file__)')
 
 ray start --head --num-gpus "$GPUS" >/dev/null
 trap 'ray stop >/dev/null' EXIT

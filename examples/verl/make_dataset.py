@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gym_server.trainer_adapters.client import SyncGymClient
+from gym_trainer.client import SyncGymClient
 
 AGENT_NAME = "gym_agent"  # GymAgentLoop's registered name (not imported: that would import verl)
 

@@ -34,7 +34,7 @@ python -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 \
     actor_rollout_ref.rollout.agent.agent_loop_config_path=examples/verl/agent_loop.yaml \
-    reward.custom_reward_function.path=pkg://gym_server.trainer_adapters.verl.reward \
+    reward.custom_reward_function.path=pkg://gym_trainer.verl.reward \
     reward.custom_reward_function.name=compute_score \
     reward.custom_reward_function.reward_kwargs.gym_url="$GYM_URL" \
     trainer.n_gpus_per_node=1 \

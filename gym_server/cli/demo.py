@@ -65,17 +65,15 @@ from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
 from gym_server.store.records import EVALUATION, PURPOSE_KEY
 
 if TYPE_CHECKING:
-    from gym_server.trainer_adapters.client import SyncGymClient
-    from gym_server.trainer_adapters.devices import Placement
-    from gym_server.trainer_adapters.tracking import Tracker
+    from gym_trainer.client import SyncGymClient
+    from gym_trainer.devices import Placement
+    from gym_trainer.tracking import Tracker
 
 __all__ = [
     "counter_split",
     "demo",
     "evaluate_held_out",
-    "grpo_args",
     "local_gym",
-    "lora_config",
     "task_interval",
 ]
 
@@ -183,11 +181,11 @@ def evaluate_held_out(
     model or a LoRA adapter of that name), and `model=None`: the episodes sample from it, unseeded
     (`CompletionsSampler.seed_requests`: vLLM's CPU build cannot take seeds under load)."""
     from gym_server.cli.rollouts import confidence_interval
-    from gym_server.trainer_adapters.chat import ChatRenderer
-    from gym_server.trainer_adapters.client import GymClient
-    from gym_server.trainer_adapters.driver import DriverConfig, RolloutDriver, summarize
-    from gym_server.trainer_adapters.samplers import CompletionsSampler, LocalSampler, SamplingParams
-    from gym_server.trainer_adapters.tracking import rollout_metrics
+    from gym_trainer.chat import ChatRenderer
+    from gym_trainer.client import GymClient
+    from gym_trainer.driver import DriverConfig, RolloutDriver, summarize
+    from gym_trainer.samplers import CompletionsSampler, LocalSampler, SamplingParams
+    from gym_trainer.tracking import rollout_metrics
 
     async def run() -> dict[str, Any]:
         version = label.rpartition("@")[2] or label
@@ -293,10 +291,10 @@ def counter_split(
 def _tiny_setup(
     gym_url: str, seed: int, placement: Placement, run: str
 ) -> tuple[Any, Any, Any, list[Any], str]:
-    from gym_server.trainer_adapters.client import SyncGymClient
-    from gym_server.trainer_adapters.driver import EpisodeSpec
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-    from gym_server.trainer_adapters.warmup import offset_task_prompts, warm_up_counter
+    from gym_trainer.client import SyncGymClient
+    from gym_trainer.driver import EpisodeSpec
+    from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
+    from gym_trainer.warmup import offset_task_prompts, warm_up_counter
 
     with SyncGymClient(gym_url) as gym:
         train = counter_split(gym, "train", range(16), run)
@@ -315,10 +313,10 @@ def _tiny_setup(
 def _smollm2_setup(
     gym_url: str, env: str, train_tasks: int, eval_tasks: int, placement: Placement
 ) -> tuple[Any, Any, Any, list[Any], str]:
-    from gym_server.trainer_adapters.client import SyncGymClient
-    from gym_server.trainer_adapters.driver import EpisodeSpec
-    from gym_server.trainer_adapters.models import load_smollm2
-    from gym_server.trainer_adapters.trl import load_gym_dataset
+    from gym_trainer.client import SyncGymClient
+    from gym_trainer.driver import EpisodeSpec
+    from gym_trainer.models import load_smollm2
+    from gym_trainer.trl import load_gym_dataset
 
     with SyncGymClient(gym_url) as gym:
         names = {info.name for info in gym.list_environments()}
@@ -417,9 +415,9 @@ def demo(
 
         trl: Any = importlib.import_module("trl")  # its names are lazy exports mypy cannot see
 
-        from gym_server.trainer_adapters.plots import reward_curve_png
-        from gym_server.trainer_adapters.tracking import BACKENDS
-        from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_component_reward, gym_reward
+        from gym_trainer.plots import reward_curve_png
+        from gym_trainer.tracking import BACKENDS
+        from gym_trainer.trl import GymRolloutFunc, grpo_args, gym_component_reward, gym_reward, lora_config
     if tracker not in BACKENDS:
         raise typer.BadParameter(f"--tracker must be one of {', '.join(BACKENDS)}")
     placement = placement_or_exit(device, dtype, console)
@@ -566,56 +564,9 @@ def demo(
         console.print(serve, soft_wrap=True, markup=False, highlight=False)
 
 
-def lora_config() -> Any:
-    """The demo's LoRA adapter for SmolLM2 (rank 16 on every linear layer)."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
-    )
-
-
-def grpo_args(
-    output_dir: Path,
-    placement: Placement,
-    *,
-    reward_weights: list[float],
-    generations: int,
-    prompts_per_step: int,
-    max_completion: int,
-    lr: float,
-    steps: int,
-    seed: int,
-) -> Any:
-    """The demo's `GRPOConfig` (one place, so `benchmarks/gpu_step.py` times the same recipe): on-policy
-    (beta 0, temperature 1), the trainer on the placement's device, bf16 autocast when its dtype is bf16."""
-    trl: Any = importlib.import_module("trl")
-    return trl.GRPOConfig(
-        reward_weights=reward_weights,
-        output_dir=str(output_dir),
-        use_cpu=not placement.is_cuda,
-        # TRL 1.16 defaults to bf16 autocast even on a CPU: on CPUs without bf16 units its matmuls are
-        # slower than fp32, and training would score tokens in another precision than sampling did.
-        # So autocast follows the placement's dtype: the weights the sampler uses are in it already.
-        bf16=placement.bf16,
-        per_device_train_batch_size=generations * prompts_per_step,
-        num_generations=generations,
-        max_completion_length=max_completion,
-        learning_rate=lr,
-        max_steps=steps,
-        logging_steps=1,
-        temperature=1.0,
-        beta=0.0,
-        seed=seed,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=False,
-    )
-
-
 def _open_tracker(backend: str, directory: Path, run: str, options: dict[str, Any], label: str) -> Tracker:
     """The run's tracker, or a clear exit when its package is missing (before any training)."""
-    from gym_server.trainer_adapters.tracking import TrackingUnavailable, open_tracker
+    from gym_trainer.tracking import TrackingUnavailable, open_tracker
 
     try:
         return open_tracker(

@@ -43,10 +43,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gym_server.cli.demo import evaluate_held_out, grpo_args, local_gym, lora_config
+from gym_server.cli.demo import evaluate_held_out, local_gym
+from gym_trainer.trl import grpo_args, lora_config
 
 if TYPE_CHECKING:
-    from gym_server.trainer_adapters.devices import Placement
+    from gym_trainer.devices import Placement
 
 __all__ = ["AgentPlan", "play_reference_demonstrations", "run_agent_demo", "wilson_interval"]
 
@@ -98,7 +99,7 @@ def play_reference_demonstrations(gym_url: str, env: str, count: int, run: str, 
     scored 1. The solution is built from a local instance of the environment with the same task and
     seed, which holds the same hidden state as the served one (environments are deterministic)."""
     from gym_server.sdk.registry import Registry
-    from gym_server.trainer_adapters.client import SyncGymClient
+    from gym_trainer.client import SyncGymClient
 
     entry = Registry.discover().get(env)
     solved = 0
@@ -179,13 +180,13 @@ def _grpo(
     With `served`, rollouts sample from vLLM under the adapter's name, and `VLLMWeightSync` loads the
     trainer's adapter into it before the first step and after every step."""
     trl: Any = importlib.import_module("trl")
-    from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward
+    from gym_trainer.trl import GymRolloutFunc, gym_reward
 
     sampler, callbacks, sync = None, [], None
     if served is not None:
-        from gym_server.trainer_adapters.samplers import CompletionsSampler
-        from gym_server.trainer_adapters.trl.weight_sync import VLLMWeightSync
-        from gym_server.trainer_adapters.vllm import LoraSync
+        from gym_trainer.samplers import CompletionsSampler
+        from gym_trainer.trl.weight_sync import VLLMWeightSync
+        from gym_trainer.vllm import LoraSync
 
         sync = LoraSync(served.url, adapter, output / "adapters")
         sampler = CompletionsSampler(served.url, adapter, seed_requests=False)
@@ -246,7 +247,7 @@ class _Served:
 
     @contextlib.contextmanager
     def serving(self, folder: Path, name: str, *, lora: bool) -> Iterator[_Served]:
-        from gym_server.trainer_adapters.vllm import VLLMOptions, VLLMServer
+        from gym_trainer.vllm import VLLMOptions, VLLMServer
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -262,7 +263,7 @@ class _Served:
 
 def _vllm_python(plan: AgentPlan) -> Path:
     """vLLM's python, or a clear exit before anything slow starts."""
-    from gym_server.trainer_adapters.vllm import VLLMMissing, find_vllm_python
+    from gym_trainer.vllm import VLLMMissing, find_vllm_python
 
     try:
         return find_vllm_python(plan.vllm_python)
@@ -277,15 +278,15 @@ def run_agent_demo(
     """The whole pipeline (module docstring); prints the table and returns the record it writes."""
     from gym_server.store.repository import TrajectoryFilter
     from gym_server.store.training_sets import NothingToExport, export_training_set
-    from gym_server.trainer_adapters.driver import EpisodeSpec
-    from gym_server.trainer_adapters.models import (
+    from gym_trainer.driver import EpisodeSpec
+    from gym_trainer.models import (
         VLLM_TINY_HIDDEN_SIZE,
         build_tiny_model,
         build_tiny_tokenizer,
         load_smollm2,
     )
-    from gym_server.trainer_adapters.plots import reward_curve_png
-    from gym_server.trainer_adapters.trl import load_curriculum_dataset
+    from gym_trainer.plots import reward_curve_png
+    from gym_trainer.trl import load_curriculum_dataset
 
     if gym is not None:  # the export reads the store, which only a gym started here has at hand
         console.print("[red]error:[/] gym-server demo --agent starts its own gym; drop --gym")
@@ -324,7 +325,7 @@ def run_agent_demo(
             policy = placement.place(build_tiny_model(tokenizer, seed=seed, hidden_size=hidden))
         else:
             policy, tokenizer = load_smollm2(placement)
-        from gym_server.trainer_adapters.client import SyncGymClient
+        from gym_trainer.client import SyncGymClient
 
         with SyncGymClient(gym_url) as client:
             held_out = client.all_tasks(AGENT_ENV, split="validation")[: plan.eval_tasks]

@@ -56,8 +56,9 @@ app.command()(demo.demo)
 app.command()(rescore.reverify)
 app.command()(rescore.audit)
 
-# A warning's module is where it is attributed (the `stacklevel` frame): anything outside gym_server.
-THIRD_PARTY = r"(?!gym_server(\.|$))"
+# A warning's module is where it is attributed (the `stacklevel` frame): anything outside the workspace's
+# packages (gym_server, gym_trainer, gym_verifiers, gym_datasets, gym_env_<name>).
+THIRD_PARTY = r"(?!gym_(server|trainer|verifiers|datasets|env_\w+)(\.|$))"
 DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 

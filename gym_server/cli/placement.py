@@ -14,10 +14,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gym_server.trainer_adapters.devices import DEVICE_HELP, DTYPE_HELP, DeviceUnavailable, resolve
+from gym_trainer.devices import DEVICE_HELP, DTYPE_HELP, DeviceUnavailable, resolve
 
 if TYPE_CHECKING:
-    from gym_server.trainer_adapters.devices import Placement
+    from gym_trainer.devices import Placement
 
 __all__ = ["DeviceOption", "DtypeOption", "placement_or_exit"]
 

@@ -59,8 +59,8 @@ def serve(
     with needs_extras("gym-server policy serve"):
         import torch
 
-        from gym_server.trainer_adapters.models import load_policy
-        from gym_server.trainer_adapters.policy_server import create_policy_app
+        from gym_trainer.models import load_policy
+        from gym_trainer.policy_server import create_policy_app
     placement = placement_or_exit(device, dtype, console)
     torch.set_num_threads(threads)
     try:
@@ -115,7 +115,7 @@ def vllm(
     seed: Annotated[int, typer.Option(help="initialisation seed of the tiny model")] = 0,
 ) -> None:
     """Serve a model with a real vLLM (its own environment: `make vllm`), tool calls and LoRA on."""
-    from gym_server.trainer_adapters.vllm import (
+    from gym_trainer.vllm import (
         VLLMMissing,
         VLLMOptions,
         VLLMServer,
@@ -175,7 +175,7 @@ def _model_folder(model: str, models_dir: Path, seed: int) -> Path:
             raise typer.Exit(2)
         return folder
     with needs_extras(f"gym-server policy vllm --model {model} (it writes the model with transformers)"):
-        from gym_server.trainer_adapters.models import export_policy
+        from gym_trainer.models import export_policy
     name = model if model == "smollm2" else f"tiny-seed{seed}"
     try:
         return export_policy(model, models_dir / name, seed=seed)

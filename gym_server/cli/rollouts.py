@@ -30,10 +30,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gym_server.store.records import EVALUATION, PURPOSE_KEY
-from gym_server.trainer_adapters.client import GymClient, GymClientError
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
-from gym_server.trainer_adapters.remote_chat import RemoteRenderer
-from gym_server.trainer_adapters.samplers import CompletionsSampler, OpenAIChatSampler, SamplingParams
+from gym_trainer.client import GymClient, GymClientError
+from gym_trainer.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
+from gym_trainer.remote_chat import RemoteRenderer
+from gym_trainer.samplers import CompletionsSampler, OpenAIChatSampler, SamplingParams
 
 __all__ = ["confidence_interval", "evaluate", "rollout"]
 

@@ -31,6 +31,8 @@ from rich.tree import Tree
 console = Console()
 TEMPLATES = Path(__file__).parent / "templates"
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+# The workspace's distributions the service depends on (pyproject.toml), each a folder of the checkout.
+_SERVICE_MEMBERS = ("trainer_adapters", "verifiers", "datasets")
 _NOTES = ("apples", "boxes", "chairs", "desks", "emails", "files", "guests", "hours")
 
 
@@ -75,13 +77,22 @@ def gym_install_command() -> str:
     except (importlib.metadata.PackageNotFoundError, ValueError):
         direct = None
     if direct and str(direct.get("url", "")).startswith("file://"):
-        path = unquote(urlparse(direct["url"]).path)
-        editable = bool(direct.get("dir_info", {}).get("editable"))
-        return f"pip install {'-e ' if editable else ''}{shlex.quote(path)}"
+        path = Path(unquote(urlparse(direct["url"]).path))
+        if direct.get("dir_info", {}).get("editable"):
+            return _editable_install(path)
+        # a wheel: the workspace's other wheels (`make wheel`) lie beside it
+        return f"pip install --find-links {shlex.quote(str(path.parent))} {shlex.quote(str(path))}"
     checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file() and (checkout / "gym_server").is_dir():
-        return f"pip install -e {shlex.quote(str(checkout))}"
+        return _editable_install(checkout)
     return "pip install gym-server"
+
+
+def _editable_install(checkout: Path) -> str:
+    """The service from a checkout with the distributions it depends on, which are not on the package
+    index either (the built-in environments are not needed to write one)."""
+    folders = [checkout / member for member in _SERVICE_MEMBERS] + [checkout]
+    return "pip install " + " ".join(f"-e {shlex.quote(str(folder))}" for folder in folders)
 
 
 def scaffold(name: str, root: Path) -> list[Path]:

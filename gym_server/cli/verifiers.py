@@ -19,7 +19,7 @@ from rich.table import Table
 
 from gym_server.envcheck.golden import check_environments, check_verifiers, environment_fixtures, skip_lines
 from gym_server.sdk.registry import Registry
-from gym_server.verifiers.golden import FIXTURES_DIR
+from gym_verifiers.golden import FIXTURES_DIR
 
 __all__ = ["app", "check", "load_registry"]
 
@@ -54,7 +54,7 @@ def check(
 
     Exits 1 when any case fails or is skipped (its environment is not installed).
     """
-    from gym_server.verifiers.math import close_shared_pool
+    from gym_verifiers.math import close_shared_pool
 
     registry = load_registry()
     try:

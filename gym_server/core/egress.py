@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gym_server.trainer_adapters.samplers._http import server_root
+from gym_trainer.samplers._http import server_root
 
 __all__ = ["DEFAULT_POLICY_URLS", "AllowedPrefix", "EndpointRefused", "admit", "parse_prefix", "refusal"]
 

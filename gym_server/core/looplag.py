@@ -19,6 +19,7 @@ import bisect
 import contextlib
 import itertools
 import logging
+import re
 import sys
 import threading
 import time
@@ -37,7 +38,8 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 MAX_WINDOW_S = 60.0  # the gauge's window: the largest lag of the last minute (at most two)
 _SHOWN_REQUESTS = 3
 _STACK_FRAMES = 4
-_PACKAGE = str(Path(__file__).resolve().parents[1])  # gym_server/, the package whose frames are "ours"
+# The frames that are "ours": the workspace's packages (the service, an environment, a verifier, the client).
+_OURS = re.compile(r"[/\\](gym_server|gym_trainer|gym_verifiers|gym_env_\w+)[/\\]")
 
 
 class LoopLagMonitor(Collector):
@@ -185,7 +187,7 @@ def _where_thread_is(thread_id: int | None) -> str | None:
     stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
     innermost = stack[:_STACK_FRAMES]
     shown = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in innermost]
-    ours = next((f for f in stack if f.filename.startswith(_PACKAGE)), None)
+    ours = next((f for f in stack if _OURS.search(f.filename)), None)
     if ours is not None and ours not in innermost:
         shown.append(f"... {Path(ours.filename).name}:{ours.lineno} {ours.name}")
     return " <- ".join(shown)

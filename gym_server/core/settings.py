@@ -307,7 +307,7 @@ class AuthSettings(BaseModel):
 
 
 class JudgeSettings(BaseModel):
-    """The LLM judge environments score with when they declare a rubric (`gym_server.verifiers.judging`).
+    """The LLM judge environments score with when they declare a rubric (`gym_verifiers.judging`).
 
     Unset (`url` empty), judged environments fall back to their rule-based scoring, each documented in
     its README. The URL is the operator's: the server calls no judge a request names.

@@ -81,7 +81,7 @@ def check_environment(
         return EnvCheckReport(**report_facts, checks=checks, seconds=round(time.perf_counter() - started, 2))
     sample = [entry.dataset.task_at(chosen, index) for index in range(min(tasks, sizes[chosen]))]
     context = CheckContext(entry, chosen, sample, limits or LimitSettings())
-    from gym_server.verifiers.math import close_shared_pool
+    from gym_verifiers.math import close_shared_pool
 
     try:
         checks = [fixtures_check(entry, registry), *asyncio.run(_checks(context))]

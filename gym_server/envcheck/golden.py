@@ -6,10 +6,10 @@ the other.
 
 Two kinds of fixture files are checked:
 
-- **verifier fixtures**, `gym_server/verifiers/fixtures/<module>.jsonl`: each case calls a verifier of
-  the library with its arguments (`gym_server.verifiers.golden`); one suite per file.
+- **verifier fixtures**, `verifiers/gym_verifiers/fixtures/<module>.jsonl`: each case calls a verifier of
+  the library with its arguments (`gym_verifiers.golden`); one suite per file.
 - **environment fixtures**, `fixtures/golden.jsonl` beside each *registered* environment's module: the
-  built-ins (`gym_server/environments/<name>/`) and plugins installed from other distributions alike (a
+  built-ins (`environments/<name>/`) and plugins installed from other distributions alike (a
   scaffolded `gym_env_<name>/fixtures/golden.jsonl`). Each case replays a transcript's assistant turns
   through a
   fresh environment (the engine `POST /v1/verify` uses, tool results recomputed) and compares the
@@ -46,7 +46,7 @@ from gym_server.core.settings import LimitSettings
 from gym_server.sdk.messages import Message
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.replay import verify_transcript
-from gym_server.verifiers.golden import (
+from gym_verifiers.golden import (
     FIXTURES_DIR,
     REQUIRED_KINDS,
     GoldenFixtureError,
@@ -55,7 +55,6 @@ from gym_server.verifiers.golden import (
 )
 
 __all__ = [
-    "ENVIRONMENTS_DIR",
     "EnvironmentFixtures",
     "SuiteResult",
     "check_environments",
@@ -64,7 +63,6 @@ __all__ = [
     "skip_lines",
 ]
 
-ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 TOLERANCE = 1e-6
 
 
@@ -94,7 +92,7 @@ def check_verifiers(directory: Path = FIXTURES_DIR) -> list[SuiteResult]:
     try:
         cases = load_golden(directory)
     except GoldenFixtureError as exc:
-        return [SuiteResult("gym_server/verifiers/fixtures", "verifier", problems=[str(exc)])]
+        return [SuiteResult("verifiers/gym_verifiers/fixtures", "verifier", problems=[str(exc)])]
     suites: dict[str, SuiteResult] = {}
     for row in check_golden(cases):
         suite = suites.setdefault(row.case.file, SuiteResult(row.case.file, "verifier"))

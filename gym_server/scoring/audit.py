@@ -36,11 +36,11 @@ from gym_server.core.errors import GymError
 from gym_server.sdk.registry import Registry
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
-from gym_server.verifiers.format import final_answer
-from gym_server.verifiers.math import math_match
-from gym_server.verifiers.numeric import numeric_match
-from gym_server.verifiers.result import VerifierResult
-from gym_server.verifiers.text import exact_match, normalized_match
+from gym_verifiers.format import final_answer
+from gym_verifiers.math import math_match
+from gym_verifiers.numeric import numeric_match
+from gym_verifiers.result import VerifierResult
+from gym_verifiers.text import exact_match, normalized_match
 
 __all__ = [
     "AuditError",

@@ -71,11 +71,11 @@ class Environment:
         ```
 
     Class attributes:
-        name: the catalog name, also the default dataset folder under `gym_server/datasets/`.
+        name: the catalog name, also the default dataset folder under `datasets/gym_datasets/`.
         description: one line for the catalog.
         multi_turn: whether episodes take more than one assistant turn.
         max_turns: assistant turns before the episode ends with failure `max_turns` (None: server limit).
-        dataset_name: dataset folder under `gym_server/datasets/` when it differs from `name`.
+        dataset_name: dataset folder under `datasets/gym_datasets/` when it differs from `name`.
         dataset_dir: a dataset folder anywhere (third-party packages keep data beside their code).
         system_prompt: an optional system message opening every episode.
         verifier_version: set it to version the verifier by hand; by default it hashes `verify`'s source.
@@ -89,7 +89,7 @@ class Environment:
             proxy (`session_sandbox(..., egress=self.egress)`); empty (the default): no network at all.
             A non-public address (loopback, private, link-local) must be listed as that exact address.
         judge_rubric: the criteria an LLM judge scores this environment's answers by when the operator
-            configured one (`GYM_JUDGE__URL`; `gym_server.verifiers.judging.judge_response`); None: never
+            configured one (`GYM_JUDGE__URL`; `gym_verifiers.judging.judge_response`); None: never
             judged.
     """
 

@@ -79,7 +79,7 @@ class EnvironmentEntry:
     @cached_property
     def version(self) -> str:
         source = Path(inspect.getfile(self.cls))
-        # An environment in its own folder (gym_server/environments/<name>/env.py) is versioned by the whole
+        # An environment in its own folder (environments/<name>/env.py) is versioned by the whole
         # folder.
         code = source.parent if source.name == "env.py" else source
         return content_hash([code, *self.dataset.files()])

@@ -1,6 +1,6 @@
 """Tasks and the JSONL datasets they live in.
 
-A dataset is a folder `gym_server/datasets/<name>/` holding one `<split>.jsonl` file per split (`train`,
+A dataset is a folder `datasets/gym_datasets/<name>/` holding one `<split>.jsonl` file per split (`train`,
 `validation`, ...), one task object a line. A task's `answer` is what the verifier needs and the model
 must not see: it is never served by the catalog.
 """
@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+import gym_datasets
 from gym_server.core.errors import EnvironmentDefinitionError
 from gym_server.store.records import NAME_MAX_CHARS
 
@@ -31,7 +32,7 @@ __all__ = [
     "write_dataset",
 ]
 
-DATASETS_ROOT = Path(__file__).resolve().parent.parent / "datasets"
+DATASETS_ROOT = gym_datasets.ROOT
 
 
 class Task(BaseModel):

@@ -2,7 +2,7 @@
 
 A registry per app (not the global default) keeps several apps in one process, as in tests, from
 clashing over metric names. The LLM judges' counters are process-wide (judges belong to environments,
-not to an app) and are read from `gym_server.verifiers.judge` at each scrape.
+not to an app) and are read from `gym_verifiers.judge` at each scrape.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from gym_server.sandbox.egress.proxy import tally as egress_tally
-from gym_server.verifiers.judge import judge_stats_by_model
+from gym_verifiers.judge import judge_stats_by_model
 
 __all__ = ["EgressCollector", "JudgeCollector", "SessionMetrics", "StepStats"]
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from gym_server.core.errors import AtCapacity
 from gym_server.core.settings import RolloutRunSettings
 from gym_server.store.records import DEFAULT_TENANT
-from gym_server.trainer_adapters.driver import Rollout, summarize
+from gym_trainer.driver import Rollout, summarize
 
 __all__ = ["RolloutRun", "RolloutRunBoard", "RunStatus"]
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import serving
 from gymtest import step
 
-from gym_server.environments.repo_repair.env import RepoRepairEnv
-from gym_server.environments.support.env import SupportEnv
-from gym_server.environments.terminal.env import TerminalEnv
+from gym_env_repo_repair.env import RepoRepairEnv
+from gym_env_support.env import SupportEnv
+from gym_env_terminal.env import TerminalEnv
 from gym_server.sdk.environment import Environment
 
 ENVS: list[type[Environment]] = [TerminalEnv, RepoRepairEnv, SupportEnv]

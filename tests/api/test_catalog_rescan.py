@@ -21,7 +21,7 @@ def install_plugin(site: Path, module: str, env: str) -> None:
     (site / f"{module}.py").write_text(
         textwrap.dedent(
             f"""
-            from gym_server.environments.counter.env import CounterEnv
+            from gym_env_counter.env import CounterEnv
 
 
             class LateCounter(CounterEnv):

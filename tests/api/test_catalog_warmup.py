@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import make_settings
 
+from gym_env_counter.env import CounterEnv
 from gym_server import Registry
 from gym_server.app import create_app
-from gym_server.environments.counter.env import CounterEnv
 
 
 class WatchedRegistry(Registry):

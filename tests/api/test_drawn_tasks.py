@@ -13,7 +13,7 @@ import sys
 from conftest import AppHarness
 from gymtest import assert_problem, wait_for_rollout
 
-from gym_server.environments.counter.env import CounterEnv
+from gym_env_counter.env import CounterEnv
 
 
 async def draw(gym: AppHarness, **body: object) -> dict[str, object]:

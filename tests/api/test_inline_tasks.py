@@ -12,8 +12,8 @@ import pytest
 from conftest import AppHarness
 from gymtest import assert_problem
 
-from gym_server.environments.humaneval.env import HumanEvalEnv
-from gym_server.environments.workplace.env import WorkplaceEnv
+from gym_env_humaneval.env import HumanEvalEnv
+from gym_env_workplace.env import WorkplaceEnv
 
 
 def published_record(task_id: str = "humaneval-000") -> dict[str, Any]:

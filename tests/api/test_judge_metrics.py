@@ -10,7 +10,7 @@ from conftest import make_settings
 from gymtest import judge_samples
 
 from gym_server.app import create_app
-from gym_server.verifiers.judge import JUDGE_FAILED, JudgeConfig, LLMJudge
+from gym_verifiers.judge import JUDGE_FAILED, JudgeConfig, LLMJudge
 
 
 async def test_metrics_export_judge_failures_retries_and_latency(tmp_path: Path) -> None:

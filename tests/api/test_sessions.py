@@ -193,8 +193,8 @@ async def test_shutdown_records_live_sessions_as_lost(app_factory: Callable[...,
 
 
 async def test_a_non_finite_score_is_no_signal_not_a_crash(gym: AppHarness) -> None:
+    from gym_env_counter.env import CounterEnv
     from gym_server import VerifyResult
-    from gym_server.environments.counter.env import CounterEnv
 
     class NanCounter(CounterEnv):
         async def verify(self) -> VerifyResult:
@@ -214,8 +214,8 @@ async def test_a_non_finite_score_is_no_signal_not_a_crash(gym: AppHarness) -> N
 
 
 async def test_a_hung_tool_ends_the_episode_as_an_environment_error(app_factory: Callable[..., Any]) -> None:
+    from gym_env_counter.env import CounterEnv
     from gym_server import Registry, VerifyResult, tool
-    from gym_server.environments.counter.env import CounterEnv
 
     class HangingCounter(CounterEnv):
         name = "hanging_counter"
@@ -259,8 +259,8 @@ async def test_a_create_that_fails_after_reset_closes_the_environment(
 ) -> None:
     # Whatever fails between an environment's reset and the 201 (here its tool schemas), the environment
     # that reset started is closed at once, the live count and the capacity come back, and no row is live.
+    from gym_env_counter.env import CounterEnv
     from gym_server import Registry
-    from gym_server.environments.counter.env import CounterEnv
 
     closed: list[str] = []
 

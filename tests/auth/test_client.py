@@ -10,7 +10,7 @@ import httpx
 import pytest
 from authtest import KeyMaker
 
-from gym_server.trainer_adapters.client import GymAPIError, GymClient
+from gym_trainer.client import GymAPIError, GymClient
 
 
 async def test_the_client_sends_its_key(

@@ -12,8 +12,8 @@ import pytest
 from authtest import KeyMaker
 from conftest import ServerProcess, free_port
 
-from gym_server.trainer_adapters.client import GymAPIError, GymClient, SyncGymClient
-from gym_server.trainer_adapters.trl import GymRolloutFunc, load_gym_dataset, make_environment_factory
+from gym_trainer.client import GymAPIError, GymClient, SyncGymClient
+from gym_trainer.trl import GymRolloutFunc, load_gym_dataset, make_environment_factory
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from authtest import KeyMaker, bearer
 from conftest import ServerProcess
 
 from gym_server.core.log_redaction import LIBRARY_LOGGERS, RedactingFilter, redact
-from gym_server.trainer_adapters.client import GymClient
+from gym_trainer.client import GymClient
 
 
 def _secret(key: str) -> str:

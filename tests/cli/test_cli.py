@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gym_env_counter.env import CounterEnv
 from gym_server.cli.main import app
-from gym_server.environments.counter.env import CounterEnv
 
 runner = CliRunner()
 

@@ -20,7 +20,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from gymtest import PYPROJECT, console_script
+from gymtest import PYPROJECT, ROOT, console_script
+from image_requirements import requirements
 
 from gym_server.cli.main import quiet_third_party_deprecations
 from gym_server.core.extras import EXTRA_OF_MODULE
@@ -63,15 +64,19 @@ def test_the_extras_table_matches_pyproject() -> None:
     """Every module the CLI blames on an extra is a requirement of that extra, and every requirement of an
     extra is in the table (a module several extras bring, like torch, names one of them)."""
     import_name = {"mlflow_skinny": "mlflow"}  # distributions whose import name differs
+    base = {_import_name(text) for text in requirements(ROOT, [])}  # the service's own, in every install
     declared: dict[str, set[str]] = {}
-    for extra, requirements in PYPROJECT["project"]["optional-dependencies"].items():
-        if extra == "dev":
+    for extra in PYPROJECT["project"]["optional-dependencies"]:
+        if extra in ("dev", "environments"):  # the test stack; the built-ins (workspace distributions)
             continue
-        for requirement in requirements:
-            name = re.split(r"[\[=<>~!;]", requirement)[0].strip().replace("-", "_")
+        for name in {_import_name(text) for text in requirements(ROOT, [extra])} - base:
             declared.setdefault(import_name.get(name, name), set()).add(extra)
     assert set(declared) == set(EXTRA_OF_MODULE)
     assert all(EXTRA_OF_MODULE[module] in extras for module, extras in declared.items())
+
+
+def _import_name(requirement: str) -> str:
+    return re.split(r"[\[=<>~!;]", requirement)[0].strip().replace("-", "_")
 
 
 @pytest.mark.parametrize(
@@ -148,9 +153,9 @@ def test_gym_servers_own_warnings_still_show() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         quiet_third_party_deprecations()
-        for module in ("gym_server.trainer_adapters.generation", "transformers.modeling_utils", "gym_server"):
+        for module in ("gym_trainer.generation", "transformers.modeling_utils", "gym_server"):
             warnings.warn_explicit("old", FutureWarning, f"{module}.py", 1, module=module)
     assert [str(w.filename) for w in caught] == [
-        "gym_server.trainer_adapters.generation.py",
+        "gym_trainer.generation.py",
         "gym_server.py",
     ]

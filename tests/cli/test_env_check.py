@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gymtest import console_script
+from gymtest import ROOT, console_script
 
 from gym_server import Environment, HackProbe, VerifyResult, tool
 from gym_server.core.settings import get_settings
 from gym_server.envcheck import check_environment
-from gym_server.envcheck.golden import ENVIRONMENTS_DIR
 from gym_server.sdk.registry import Registry
 
 REGISTRY = Registry.discover()
@@ -113,7 +112,7 @@ def test_a_broken_environment_fails_the_checks_for_its_faults(tmp_path: Path) ->
 
 
 def test_the_cli_prints_json_and_exits_by_the_verdict() -> None:
-    done = console_script("env", "check", "counter", "--json", "--tasks", "2", cwd=ENVIRONMENTS_DIR.parent)
+    done = console_script("env", "check", "counter", "--json", "--tasks", "2", cwd=ROOT)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["env"] == "counter" and report["kind"] == "multi-turn"
@@ -124,7 +123,7 @@ def test_the_cli_prints_json_and_exits_by_the_verdict() -> None:
         "spread",
         "throughput",
     }
-    table = console_script("env", "check", "counter", "--tasks", "2", cwd=ENVIRONMENTS_DIR.parent)
+    table = console_script("env", "check", "counter", "--tasks", "2", cwd=ROOT)
     assert table.returncode == 0 and "counter" in table.stdout and "passed" in table.stdout
-    unknown = console_script("env", "check", "no_such_env", cwd=ENVIRONMENTS_DIR.parent)
+    unknown = console_script("env", "check", "no_such_env", cwd=ROOT)
     assert unknown.returncode == 2 and "no_such_env" in unknown.stderr

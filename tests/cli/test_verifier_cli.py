@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 import typer
-from gymtest import console_script
+from gymtest import console_script, golden_file
 from typer.testing import CliRunner
 
+from gym_env_counter.env import CounterEnv
 from gym_server.cli import verifiers
 from gym_server.cli.scaffold import scaffold
-from gym_server.envcheck.golden import ENVIRONMENTS_DIR, check_environments, check_verifiers
-from gym_server.environments.counter.env import CounterEnv
+from gym_server.envcheck.golden import check_environments, check_verifiers
 from gym_server.sdk.registry import Registry
-from gym_server.verifiers.golden import FIXTURES_DIR
+from gym_verifiers.golden import FIXTURES_DIR
 
 cli = typer.Typer()
 cli.add_typer(verifiers.app, name="verifiers")
@@ -42,7 +42,7 @@ def envs(tmp_path: Path) -> Path:
     folder = tmp_path / "environments"
     for name in ("counter", "reasoning_gym"):
         (folder / name / "fixtures").mkdir(parents=True)
-        shutil.copy(ENVIRONMENTS_DIR / name / "fixtures" / "golden.jsonl", folder / name / "fixtures")
+        shutil.copy(golden_file(name), folder / name / "fixtures")
     return folder
 
 
@@ -50,7 +50,7 @@ def envs(tmp_path: Path) -> Path:
 def registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
     classes: list[Any] = [CounterEnv]
     try:
-        from gym_server.environments.reasoning_gym.env import environments
+        from gym_env_reasoning_gym.env import environments
 
         classes.extend(environments())
     except ImportError:  # pragma: no cover - reasoning-gym is optional (MissingExtra is an ImportError)
@@ -121,7 +121,7 @@ def test_a_wrong_environment_expectation_fails_the_command(
 def test_environment_files_are_checked_for_shape(tmp_path: Path) -> None:
     folder = tmp_path / "environments" / "counter" / "fixtures"
     folder.mkdir(parents=True)
-    counter = (ENVIRONMENTS_DIR / "counter" / "fixtures" / "golden.jsonl").read_text().splitlines()
+    counter = golden_file("counter").read_text().splitlines()
     unknown_env = {"name": "zero_elsewhere", "env": "nowhere", "task_id": "x", "reward": 0.0, "messages": []}
     unknown_task = {"name": "zero_task", "task_id": "counter-9999", "reward": 0.0, "messages": []}
     no_turns = {"name": "zero_turns", "task_id": "counter-0000", "reward": 0.0}
@@ -148,7 +148,7 @@ SHIPPED = ("counter", "math", "tool_call", "workplace", "reasoning_gym")
 def test_the_shipped_environment_fixtures_all_pass(tmp_path: Path, registry: Registry) -> None:
     for name in SHIPPED:  # these five; environments needing a sandbox are checked by their own suites
         (tmp_path / name / "fixtures").mkdir(parents=True)
-        shutil.copy(ENVIRONMENTS_DIR / name / "fixtures" / "golden.jsonl", tmp_path / name / "fixtures")
+        shutil.copy(golden_file(name), tmp_path / name / "fixtures")
     registry.add(Registry.discover().get("math").cls)
     for name in ("tool_call", "workplace"):
         registry.add(Registry.discover().get(name).cls)
@@ -179,7 +179,7 @@ def test_skipped_cases_fail_the_command_and_say_why(
     fixtures: Path, envs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A case whose environment is not installed is not a pass: exit 1, naming it and the extra."""
-    from gym_server.environments.reasoning_gym import env as rg_env
+    from gym_env_reasoning_gym import env as rg_env
 
     monkeypatch.setattr(rg_env, "_installed", lambda: False)  # a base install, as discovery sees it
     monkeypatch.setattr(verifiers, "load_registry", Registry.discover)

@@ -1,4 +1,4 @@
-"""An offline host installs `gym-server[trl]` from a wheelhouse and runs the demo there (issue 25 item 3).
+"""An offline host installs `gym-server[trl,environments]` from a wheelhouse and runs the demo there.
 
 `deploy/wheelhouse.sh --extras trl --with-project` fills a folder for this machine's interpreter and glibc
 (the GPU recipe in docs/gpu.md only changes `--python`/`--platform`); a fresh venv, with no system
@@ -38,10 +38,11 @@ from pathlib import Path
 
 import trl
 
-from gym_server.cli.demo import grpo_args, local_gym
-from gym_server.trainer_adapters.devices import resolve
-from gym_server.trainer_adapters.models import load_policy
-from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward, load_gym_dataset
+from gym_server.cli.demo import local_gym
+from gym_trainer.trl import grpo_args
+from gym_trainer.devices import resolve
+from gym_trainer.models import load_policy
+from gym_trainer.trl import GymRolloutFunc, gym_reward, load_gym_dataset
 
 out = Path(sys.argv[1])
 placement = resolve("cpu", "auto")
@@ -107,7 +108,9 @@ def test_the_demo_runs_from_a_wheelhouse_in_a_fresh_venv_with_no_index(tmp_path:
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(tmp_path / "venv")
     bin_dir = tmp_path / "venv" / "bin"
     install = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links"]
-    installed = _run([*install, str(wheelhouse), "gym-server[trl]"], tmp_path, PIP_CONFIG_FILE=os.devnull)
+    installed = _run(
+        [*install, str(wheelhouse), "gym-server[trl,environments]"], tmp_path, PIP_CONFIG_FILE=os.devnull
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     gym = str(bin_dir / "gym-server")
 

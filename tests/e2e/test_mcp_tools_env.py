@@ -26,8 +26,8 @@ import pytest
 from conftest import ServerProcess
 from gymtest import call, poll
 
-from gym_server.environments.mcp_tools.env import mcp_environment
-from gym_server.environments.mcp_tools.time.generate import accepted, offset_minutes
+from gym_env_mcp_tools.env import mcp_environment
+from gym_env_mcp_tools.time.generate import accepted, offset_minutes
 from gym_server.sandbox.toolbox import check_tools_dir
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -112,7 +112,7 @@ def gym(
     server.stop()
 
 
-MANIFEST = REPO / "gym_server" / "environments" / "mcp_tools" / "time" / "manifest.json"
+MANIFEST = REPO / "environments" / "mcp_tools" / "gym_env_mcp_tools" / "time" / "manifest.json"
 
 
 def task(task_id: str) -> Any:

@@ -27,7 +27,7 @@ ENV = "mcp_tools/remote-counter"
 PACKAGE = """
 from pathlib import Path
 
-from gym_server.environments.mcp_tools.env import mcp_environment
+from gym_env_mcp_tools.env import mcp_environment
 
 
 def environments():

@@ -37,9 +37,9 @@ from typing import Any
 import pytest
 from gym_servers import Gym, free_port
 
-from gym_server.trainer_adapters.agents import AgentFn, GatewayConfig, play_agent
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.episodes import EpisodeSpec
+from gym_trainer.agents import AgentFn, GatewayConfig, play_agent
+from gym_trainer.client import GymClient
+from gym_trainer.episodes import EpisodeSpec
 
 __all__ = [
     "Policy",
@@ -56,8 +56,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # What the warmed weights depend on: the warm-up script and the recipe it runs.
 WARM_INPUTS = (
     WARM,
-    ROOT / "gym_server/trainer_adapters/warmup.py",
-    ROOT / "gym_server/trainer_adapters/models.py",
+    ROOT / "trainer_adapters/gym_trainer/warmup.py",
+    ROOT / "trainer_adapters/gym_trainer/models.py",
 )
 SERVED_NAME = "tiny-counter"
 # warm_policy.py's arguments after the gym and folder. Steps: at the recipe's 100, most calls sampled at

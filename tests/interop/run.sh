@@ -85,14 +85,15 @@ venv() {
             fi
             touch "$venv/.gym-complete"
         fi
-        # A peer whose requirements install the gym itself (`-e .`) gets it editable from the checkout that
-        # built the venv; the cache outlives that checkout, so the link is pointed at this one when it
-        # points elsewhere (a removed clone, another worktree): the peer tests the code it runs beside.
-        if grep -qxF -- "-e ." "$dir/requirements.txt" \
-            && [ "$("$venv/bin/python" -P -c 'import gym_server; print(gym_server.__file__)' 2>/dev/null)" \
-                != "$(pwd)/gym_server/__init__.py" ]; then
-            echo "== $peer: pointing its editable gym-server at $(pwd)" >&2
-            "$venv/bin/python" -m pip install -q --no-deps -e . >&2
+        # A peer whose requirements install the gym's trainer side (`-e ./trainer_adapters`) gets it editable
+        # from the checkout that built the venv; the cache outlives that checkout, so the link is pointed at
+        # this one when it points elsewhere (a removed clone, another worktree): the peer tests the code it
+        # runs beside.
+        if grep -qxF -- "-e ./trainer_adapters" "$dir/requirements.txt" \
+            && [ "$("$venv/bin/python" -P -c 'import gym_trainer; print(gym_trainer.__file__)' 2>/dev/null)" \
+                != "$(pwd)/trainer_adapters/gym_trainer/__init__.py" ]; then
+            echo "== $peer: pointing its editable gym-trainer at $(pwd)" >&2
+            "$venv/bin/python" -m pip install -q --no-deps -e ./trainer_adapters >&2
         fi
         # This peer's venvs of other keys, unused for two weeks (pins since changed), are dropped.
         find "$CACHE" -maxdepth 2 -path "$CACHE/$peer-*/.gym-complete" -mtime +14 -printf '%h\n' \
@@ -153,7 +154,7 @@ if [ "${GYM_INTEROP_INSTALL:-1}" = 0 ]; then
 elif "$PYTHON" .ci/installed.py "$extras" "$LOCK"; then
     echo "== gym-server already installed from $(pwd) with extras [${extras}]"
 else
-    "$PYTHON" -m pip install -q -c "$LOCK" -e ".${extras:+[$extras]}"
+    "$PYTHON" -m pip install -q -c "$LOCK" -r requirements/workspace.txt -e ".${extras:+[$extras]}"
 fi
 [ "$install_only" = 0 ] || exit 0
 

@@ -112,7 +112,7 @@ def test_episode_meta_sits_under_one_namespaced_key() -> None:
 
 
 # -- the other direction: an MCP server's tools and results inside a gym episode
-# (gym_server/environments/mcp_tools)
+# (environments/mcp_tools)
 
 
 def test_an_mcp_tool_becomes_an_openai_function_and_back() -> None:

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import pytest
 
+from gym_env_mcp_tools.manifest import StdioServer
 from gym_server.core.egress_policy import (
     Address,
     EgressPolicy,
@@ -22,7 +23,6 @@ from gym_server.core.egress_policy import (
 )
 from gym_server.core.errors import EnvironmentDefinitionError
 from gym_server.core.settings import EgressSettings, Settings
-from gym_server.environments.mcp_tools.manifest import StdioServer
 from gym_server.sandbox.egress.declared import sandbox_policy
 from gym_server.sdk.environment import Environment, VerifyResult
 

@@ -20,8 +20,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from gym_server.app import create_app
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.samplers.base import SamplingParams, TokenSample
+from gym_trainer.client import GymClient
+from gym_trainer.samplers.base import SamplingParams, TokenSample
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -42,21 +42,21 @@ _torch_single_thread()
 @pytest.fixture(scope="session")
 def tiny_tokenizer() -> Any:
     pytest.importorskip("transformers")
-    from gym_server.trainer_adapters.models import build_tiny_tokenizer
+    from gym_trainer.models import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_tokenizer: Any) -> Any:
-    from gym_server.trainer_adapters.models import build_tiny_model
+    from gym_trainer.models import build_tiny_model
 
     return build_tiny_model(tiny_tokenizer, seed=0)
 
 
 @pytest.fixture
 def renderer(tiny_tokenizer: Any) -> Any:
-    from gym_server.trainer_adapters.chat import ChatRenderer
+    from gym_trainer.chat import ChatRenderer
 
     return ChatRenderer(tiny_tokenizer)
 
@@ -156,7 +156,7 @@ def serve() -> Callable[[Any], AbstractContextManager[Served]]:
 @pytest.fixture
 def policy_url(tiny_model: Any, tiny_tokenizer: Any) -> Iterator[str]:
     """The tiny model behind `create_policy_app`, served by uvicorn on a loopback port in a thread."""
-    from gym_server.trainer_adapters.policy_server import create_policy_app
+    from gym_trainer.policy_server import create_policy_app
 
     app = create_policy_app(tiny_model, tiny_tokenizer, name="tiny", max_batch=16)
     with serve_in_thread(app) as served:
@@ -176,7 +176,7 @@ class FakeVLLM:
     """
 
     def __init__(self, tokenizer: Any, models: Sequence[str] = ("base", "counter-lora")) -> None:
-        from gym_server.trainer_adapters.chat import ChatRenderer
+        from gym_trainer.chat import ChatRenderer
 
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer)

@@ -19,15 +19,15 @@ pytest.importorskip("transformers")
 
 from react_agent import react_agent
 
-from gym_server.trainer_adapters.agents import (
+from gym_trainer.agents import (
     AgentEpisode,
     GatewayConfig,
     ServedPolicy,
     play_agent,
 )
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.episodes import EpisodeSpec
-from gym_server.trainer_adapters.trl import AgentRolloutFunc, gym_prompt
+from gym_trainer.client import GymClient
+from gym_trainer.episodes import EpisodeSpec
+from gym_trainer.trl import AgentRolloutFunc, gym_prompt
 
 
 @pytest.fixture

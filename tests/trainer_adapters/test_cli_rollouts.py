@@ -19,7 +19,7 @@ from gymtest import stored_run
 from typer.testing import CliRunner
 
 from gym_server.cli.rollouts import confidence_interval, evaluate, rollout
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.toolcalls import render_tool_call
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from gymtest import apoll, call, poll
 from store.conftest import _outage as database_down
 from store.conftest import throwaway_postgres
 
-from gym_server.trainer_adapters.client import (
+from gym_trainer.client import (
     GymAPIError,
     GymClient,
     GymTransportError,
@@ -30,7 +30,7 @@ from gym_server.trainer_adapters.client import (
     RetryPolicy,
     SyncGymClient,
 )
-from gym_server.trainer_adapters.client.retry import retry_after
+from gym_trainer.client.retry import retry_after
 
 FAST = RetryPolicy(attempts=4, backoff_s=0.001, max_backoff_s=0.01, max_retry_after_s=0.05)
 CREATED = {

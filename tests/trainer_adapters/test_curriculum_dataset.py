@@ -52,7 +52,7 @@ def test_a_dataset_drawn_from_the_frontier_and_mixed(
     server_factory: Callable[..., ServerProcess], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("datasets")
-    from gym_server.trainer_adapters.trl import load_curriculum_dataset
+    from gym_trainer.trl import load_curriculum_dataset
 
     url = f"sqlite:///{tmp_path / 'gym.db'}"
     _store_history(url)
@@ -80,7 +80,7 @@ def test_a_dataset_drawn_from_the_frontier_and_mixed(
     )
     assert again["task_id"] == rows["task_id"]
 
-    caplog.set_level(logging.WARNING, logger="gym_server.trainer_adapters.trl.curriculum")
+    caplog.set_level(logging.WARNING, logger="gym_trainer.trl.curriculum")
     mixed = load_curriculum_dataset(
         server.url,
         {"counter": 3.0, "math": 1.0},

@@ -73,7 +73,7 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
 def assert_the_demo_leaves_what_a_user_expects(output: Path, record: dict[str, Any]) -> None:
     """Issue 24: the trained model is saved and reloads; before and after are two runs under two policy
     labels in the kept store; and `reverify` re-scores those episodes (their inline tasks are stored)."""
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_trainer.models import load_policy
 
     model, tokenizer = load_policy(str(output / "model"))
     assert model.num_parameters() > 0 and tokenizer.pad_token_id is not None

@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gym_server.trainer_adapters.devices import DeviceUnavailable, parse_device, resolve
-from gym_server.trainer_adapters.generation import GenerationRequest, generate_batch
+from gym_trainer.devices import DeviceUnavailable, parse_device, resolve
+from gym_trainer.generation import GenerationRequest, generate_batch
 
 torch = pytest.importorskip("torch")
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a host without CUDA")
@@ -75,7 +75,7 @@ def _requests(eos: int) -> list[GenerationRequest]:
 
 
 def test_the_placed_cpu_path_samples_exactly_the_plain_one(tiny_tokenizer: Any) -> None:
-    from gym_server.trainer_adapters.models import build_tiny_model, load_policy
+    from gym_trainer.models import build_tiny_model, load_policy
 
     plain = build_tiny_model(tiny_tokenizer, seed=3)
     placed, _ = load_policy("tiny", seed=3, placement=resolve("cpu", "auto"))
@@ -92,7 +92,7 @@ def test_batched_sampling_draws_what_torch_multinomial_draws_and_reports_what_th
 ) -> None:
     """One row, re-run without a cache: full forward, processed logprobs, `torch.multinomial` with the
     row's seed. The batched sampler (KV cache, other rows beside it) gives the same ids and logprobs."""
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_trainer.models import load_policy
 
     model, _ = load_policy("tiny", seed=3, placement=resolve("cpu"))
     requests = [r for r in _requests(tiny_tokenizer.eos_token_id) if r.top_p == 1.0 and r.temperature > 0]
@@ -112,7 +112,7 @@ def test_batched_sampling_draws_what_torch_multinomial_draws_and_reports_what_th
 
 
 def test_bf16_weights_sample_and_report_fp32_logprobs(tiny_tokenizer: Any) -> None:
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_trainer.models import load_policy
 
     model, _ = load_policy("tiny", placement=resolve("cpu", "bf16"))
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
@@ -149,8 +149,8 @@ def test_demo_and_policy_serve_refuse_cuda_in_one_line_before_starting(tmp_path:
 
 
 async def test_the_local_sampler_reports_the_device_its_model_is_on(tiny_tokenizer: Any) -> None:
-    from gym_server.trainer_adapters.models import load_policy
-    from gym_server.trainer_adapters.samplers import LocalSampler
+    from gym_trainer.models import load_policy
+    from gym_trainer.samplers import LocalSampler
 
     model, _ = load_policy("tiny", placement=resolve("cpu", "bf16"))
     sampler = LocalSampler(model, tiny_tokenizer.pad_token_id)
@@ -160,7 +160,7 @@ async def test_the_local_sampler_reports_the_device_its_model_is_on(tiny_tokeniz
 
 @no_cuda
 def test_scripts_get_the_refusal_as_one_stderr_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from gym_server.trainer_adapters.devices import resolve_or_exit
+    from gym_trainer.devices import resolve_or_exit
 
     assert resolve_or_exit("cpu", "fp32").device.type == "cpu"
     for device, text in (("cuda", "needs CUDA"), ("tpu", "--device must be")):

@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
-from gym_server.trainer_adapters.samplers.base import (
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import GymClient
+from gym_trainer.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
+from gym_trainer.samplers.base import (
     ChatSample,
     PolicyError,
     PolicyTimeout,
     SamplingParams,
     TokenSample,
 )
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.toolcalls import render_tool_call
 
 
 def counter_start(task_id: str, seed: int) -> int:

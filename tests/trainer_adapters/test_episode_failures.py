@@ -23,11 +23,11 @@ from gymtest import apoll, stored_run
 from typer.testing import CliRunner
 
 from gym_server.cli.rollouts import evaluate, rollout
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import GymClient, RetryPolicy
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, RolloutDriver, summarize
-from gym_server.trainer_adapters.samplers import CompletionsSampler, SamplingParams, TokenSample
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import GymClient, RetryPolicy
+from gym_trainer.driver import DriverConfig, EpisodeSpec, RolloutDriver, summarize
+from gym_trainer.samplers import CompletionsSampler, SamplingParams, TokenSample
+from gym_trainer.toolcalls import render_tool_call
 
 BAD_TOOL_CALL = '<tool_call>{"name": "add", "arguments": {oops</tool_call>'
 

@@ -87,7 +87,7 @@ def check_covers_exactly_the_model(sample: Sample, calls: list[CallTokens]) -> N
 @pytest.fixture
 def tokenizer() -> Any:
     pytest.importorskip("transformers")
-    from gym_server.trainer_adapters.models import build_tiny_tokenizer
+    from gym_trainer.models import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 

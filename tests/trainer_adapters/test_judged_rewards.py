@@ -22,9 +22,9 @@ from conftest import make_settings
 from fastapi import FastAPI, Request
 from gymtest import judge_samples
 
+from gym_env_inbox.env import InboxEnv
 from gym_server.app import create_app
 from gym_server.core.settings import JudgeSettings, Settings
-from gym_server.environments.inbox.env import InboxEnv
 
 TASK = InboxEnv.dataset().get("inbox-00000")
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gym_server.trainer_adapters.chat import HERMES_TEMPLATE, ChatRenderer
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.chat import HERMES_TEMPLATE, ChatRenderer
+from gym_trainer.toolcalls import render_tool_call
 
 
 @pytest.mark.parametrize(
@@ -29,7 +29,7 @@ def test_tool_calls_are_a_few_tokens(tiny_tokenizer: Any) -> None:
 def test_tiny_model_is_deterministic_for_a_seed(tiny_tokenizer: Any) -> None:
     import torch
 
-    from gym_server.trainer_adapters.models import build_tiny_model
+    from gym_trainer.models import build_tiny_model
 
     a, b, c = (build_tiny_model(tiny_tokenizer, seed=s) for s in (1, 1, 2))
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
@@ -38,14 +38,14 @@ def test_tiny_model_is_deterministic_for_a_seed(tiny_tokenizer: Any) -> None:
 
 
 def test_load_policy_refuses_unknown_names() -> None:
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_trainer.models import load_policy
 
     with pytest.raises(ValueError, match="tiny, smollm2"):
         load_policy("/no/such/dir")
 
 
 def test_a_saved_model_loads_back(tmp_path: Any, tiny_model: Any, tiny_tokenizer: Any) -> None:
-    from gym_server.trainer_adapters.models import load_policy
+    from gym_trainer.models import load_policy
 
     tiny_model.save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)
@@ -64,8 +64,8 @@ def test_a_saved_model_loads_back(tmp_path: Any, tiny_model: Any, tiny_tokenizer
 )
 async def test_smollm2_loads_offline_and_samples_token_exactly() -> None:
     pytest.importorskip("gguf")
-    from gym_server.trainer_adapters.models import load_smollm2
-    from gym_server.trainer_adapters.samplers import LocalSampler, SamplingParams
+    from gym_trainer.models import load_smollm2
+    from gym_trainer.samplers import LocalSampler, SamplingParams
 
     model, tokenizer = load_smollm2()
     renderer = ChatRenderer(tokenizer)

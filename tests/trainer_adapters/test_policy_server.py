@@ -16,18 +16,18 @@ import httpx
 import pytest
 from conftest import free_port
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, RolloutDriver
-from gym_server.trainer_adapters.generation import GenerationOutput, GenerationRequest
-from gym_server.trainer_adapters.samplers import (
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import GymClient
+from gym_trainer.driver import DriverConfig, EpisodeSpec, RolloutDriver
+from gym_trainer.generation import GenerationOutput, GenerationRequest
+from gym_trainer.samplers import (
     CompletionsSampler,
     LocalSampler,
     OpenAIChatSampler,
     PolicyError,
     SamplingParams,
 )
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.toolcalls import render_tool_call
 
 TOOLS = [
     {
@@ -47,7 +47,7 @@ TOOLS = [
 
 @pytest.fixture
 async def policy(tiny_model: Any, tiny_tokenizer: Any) -> AsyncIterator[httpx.AsyncClient]:
-    from gym_server.trainer_adapters.policy_server import create_policy_app
+    from gym_trainer.policy_server import create_policy_app
 
     app = create_policy_app(tiny_model, tiny_tokenizer, name="tiny", max_batch=8)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://policy") as client:

@@ -24,7 +24,7 @@ from fastapi.responses import RedirectResponse, Response
 from gymtest import apoll
 
 from gym_server.app import create_app
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.toolcalls import render_tool_call
 
 KEY = "sk-canary-5f1e0c9a7b"
 

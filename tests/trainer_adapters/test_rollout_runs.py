@@ -15,8 +15,8 @@ from gymtest import apoll
 from gym_server.app import create_app
 from gym_server.store.records import TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.remote_chat import RemoteRenderer
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.remote_chat import RemoteRenderer
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ async def test_bad_run_requests(gym: httpx.AsyncClient, patch: dict[str, Any], s
 
 
 async def test_a_server_driven_episode_stores_its_cut_turn(gym: httpx.AsyncClient, fake_vllm: Any) -> None:
-    from gym_server.trainer_adapters.toolcalls import render_tool_call
+    from gym_trainer.toolcalls import render_tool_call
 
     fake_vllm.script = [render_tool_call("read", {}), "!endless"]
     body = {

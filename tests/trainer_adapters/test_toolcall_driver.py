@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, RolloutDriver
-from gym_server.trainer_adapters.toolcalls import render_tool_call
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import GymClient
+from gym_trainer.driver import DriverConfig, EpisodeSpec, RolloutDriver
+from gym_trainer.toolcalls import render_tool_call
 
 
 def counter_start(task_id: str, seed: int) -> int:
@@ -62,7 +62,7 @@ async def test_a_tokenizers_response_template_reads_the_turns(gym_client: GymCli
     """transformers' `parse_response` with TRL's Qwen3 response template reads the tiny policy's turns
     (ChatML with Hermes calls, as Qwen3 writes them): the episode is solved through it."""
     chat_template_utils = pytest.importorskip("trl.chat_template_utils")
-    from gym_server.trainer_adapters.models import build_tiny_tokenizer
+    from gym_trainer.models import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     tokenizer.response_template = chat_template_utils.qwen3_template

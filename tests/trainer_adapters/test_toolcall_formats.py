@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gym_server.trainer_adapters.toolcalls import FORMATS, ToolCallParser, parse_tool_calls
+from gym_trainer.toolcalls import FORMATS, ToolCallParser, parse_tool_calls
 
 FIXTURES = Path(__file__).parent / "fixtures" / "toolcalls"
 FAMILIES = {path.stem: json.loads(path.read_text()) for path in sorted(FIXTURES.glob("*.json"))}
@@ -119,7 +119,7 @@ TEMPLATE_CASES = [
 @pytest.fixture(scope="module")
 def template_tokenizer() -> Any:
     pytest.importorskip("trl")
-    from gym_server.trainer_adapters.models import build_tiny_tokenizer
+    from gym_trainer.models import build_tiny_tokenizer
 
     return build_tiny_tokenizer()
 
@@ -178,7 +178,7 @@ def test_a_call_the_template_misses_is_read_by_the_format_parsers(template_token
 
 
 def test_a_tokenizer_without_a_response_template_uses_the_format_parsers(template_tokenizer: Any) -> None:
-    from gym_server.trainer_adapters.models import build_tiny_tokenizer
+    from gym_trainer.models import build_tiny_tokenizer
 
     plain = build_tiny_tokenizer()
     assert getattr(plain, "response_template", None) is None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gym_server.trainer_adapters.toolcalls import parse_tool_calls, render_tool_call
+from gym_trainer.toolcalls import parse_tool_calls, render_tool_call
 
 
 def test_hermes_blocks_with_leading_content() -> None:

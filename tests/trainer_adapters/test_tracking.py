@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver
-from gym_server.trainer_adapters.toolcalls import render_tool_call
-from gym_server.trainer_adapters.tracking import BACKENDS, open_tracker, rollout_metrics
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import GymClient
+from gym_trainer.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver
+from gym_trainer.toolcalls import render_tool_call
+from gym_trainer.tracking import BACKENDS, open_tracker, rollout_metrics
 
 
 def counter_start(task_id: str, seed: int) -> int:

@@ -70,11 +70,11 @@ COMMON: dict[str, Any] = {
 
 def test_one_sft_step_on_an_sft_export(store: str, tmp_path: Path, tiny_tokenizer: Any) -> None:
     pytest.importorskip("trl")
-    from datasets import load_dataset
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
 
-    from gym_server.trainer_adapters.models import build_tiny_model
+    from datasets import load_dataset
+    from gym_trainer.models import build_tiny_model
 
     out = tmp_path / "sft.jsonl"
     assert (
@@ -102,11 +102,11 @@ def test_one_sft_step_on_an_sft_export(store: str, tmp_path: Path, tiny_tokenize
 
 def test_one_dpo_step_on_a_preference_export(store: str, tmp_path: Path, tiny_tokenizer: Any) -> None:
     pytest.importorskip("trl")
-    from datasets import load_dataset
     from trl.trainer.dpo_config import DPOConfig
     from trl.trainer.dpo_trainer import DPOTrainer
 
-    from gym_server.trainer_adapters.models import build_tiny_model
+    from datasets import load_dataset
+    from gym_trainer.models import build_tiny_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out = tmp_path / "pairs.parquet"

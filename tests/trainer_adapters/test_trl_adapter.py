@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from conftest import ServerProcess
 
-from gym_server.trainer_adapters.toolcalls import render_tool_call
-from gym_server.trainer_adapters.trl import (
+from gym_trainer.toolcalls import render_tool_call
+from gym_trainer.trl import (
     GymRolloutFunc,
     gym_component_reward,
     gym_prompt,
@@ -115,8 +115,8 @@ def test_hermes_response_template_lets_trl_parse_the_gyms_tool_calls() -> None:
     pytest.importorskip("trl")
     from trl.chat_template_utils import parse_response
 
-    from gym_server.trainer_adapters.models import build_tiny_tokenizer
-    from gym_server.trainer_adapters.trl import use_hermes_response_template
+    from gym_trainer.models import build_tiny_tokenizer
+    from gym_trainer.trl import use_hermes_response_template
 
     tokenizer = use_hermes_response_template(build_tiny_tokenizer())
     prefix = tokenizer.apply_chat_template(

@@ -24,8 +24,8 @@ from conftest import ServerProcess
 from grpotest import cpu_grpo_config, rise, train_quietly
 from gymtest import stored_run
 
-from gym_server.trainer_adapters.client import SyncGymClient
-from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
+from gym_trainer.client import SyncGymClient
+from gym_trainer.warmup import counter_offset_tasks, warm_up_counter
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
 
@@ -41,12 +41,12 @@ def test_grpo_with_environment_factory_raises_the_gym_reward(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     pytest.importorskip("trl")
-    from datasets import Dataset
     from transformers.utils.chat_template_utils import get_json_schema
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-    from gym_server.trainer_adapters.trl import make_environment_factory, use_hermes_response_template
+    from datasets import Dataset
+    from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
+    from gym_trainer.trl import make_environment_factory, use_hermes_response_template
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     server = server_factory(f"sqlite:///{tmp_path / 'gym.db'}", GYM_LOG_LEVEL="warning")

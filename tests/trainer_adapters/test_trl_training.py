@@ -24,9 +24,9 @@ from conftest import ServerProcess
 from grpotest import cpu_grpo_config, rise, train_quietly
 from gymtest import poll
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import SyncGymClient
-from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import SyncGymClient
+from gym_trainer.warmup import counter_offset_tasks, warm_up_counter
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
 
@@ -42,11 +42,11 @@ def test_grpo_raises_the_gym_reward_with_token_exact_rollouts(
 ) -> None:
     pytest.importorskip("trl")
     import torch
-    from datasets import Dataset
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-    from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_prompt, gym_reward
+    from datasets import Dataset
+    from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
+    from gym_trainer.trl import GymRolloutFunc, gym_prompt, gym_reward
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     server = server_factory(f"sqlite:///{tmp_path / 'gym.db'}", GYM_LOG_LEVEL="warning")

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from typer.testing import CliRunner
 
 from gym_server.cli.main import app as cli
-from gym_server.trainer_adapters.vllm import (
+from gym_trainer.vllm import (
     LoraSync,
     VLLMMissing,
     VLLMOptions,
@@ -34,7 +34,7 @@ from gym_server.trainer_adapters.vllm import (
     WeightSyncError,
     find_vllm_python,
 )
-from gym_server.trainer_adapters.vllm.server import vllm_command, vllm_environment
+from gym_trainer.vllm.server import vllm_command, vllm_environment
 
 Serve = Callable[[Any], AbstractContextManager[Any]]
 
@@ -144,8 +144,8 @@ def test_an_unreachable_server_is_a_weight_sync_error(tmp_path: Path) -> None:
 def test_trainer_logprobs_are_the_models_own(tiny_tokenizer: Any) -> None:
     import torch
 
-    from gym_server.trainer_adapters.models import build_tiny_model
-    from gym_server.trainer_adapters.vllm.weights import trainer_logprobs
+    from gym_trainer.models import build_tiny_model
+    from gym_trainer.vllm.weights import trainer_logprobs
 
     model = build_tiny_model(tiny_tokenizer, seed=3)
     prompt, completion = [5, 6, 7], [8, 9]
@@ -157,7 +157,7 @@ def test_trainer_logprobs_are_the_models_own(tiny_tokenizer: Any) -> None:
 
 
 def test_the_tiny_model_for_vllm_has_head_size_32(tmp_path: Path) -> None:
-    from gym_server.trainer_adapters.models import export_policy, load_policy
+    from gym_trainer.models import export_policy, load_policy
 
     folder = export_policy("tiny", tmp_path / "tiny")
     model, tokenizer = load_policy(str(folder))
@@ -212,7 +212,7 @@ def test_a_killed_launcher_takes_its_server_with_it(tmp_path: Path) -> None:
     fake = _sleeper(tmp_path)
     launch = (
         "import sys, time; from pathlib import Path; "
-        "from gym_server.trainer_adapters.vllm import VLLMOptions, VLLMServer; "
+        "from gym_trainer.vllm import VLLMOptions, VLLMServer; "
         f"VLLMServer(VLLMOptions(Path({str(tmp_path)!r}), 'tiny'), Path({str(fake)!r}), "
         f"Path({str(tmp_path / 'vllm.log')!r})).start(); time.sleep(300)"
     )
@@ -228,7 +228,7 @@ def test_a_killed_launcher_takes_its_server_with_it(tmp_path: Path) -> None:
 
 
 def test_auto_dtype_is_bf16_only_where_the_cpu_has_bf16_units(tmp_path: Path) -> None:
-    from gym_server.trainer_adapters.vllm.server import resolve_dtype
+    from gym_trainer.vllm.server import resolve_dtype
 
     avx2 = tmp_path / "avx2"
     avx2.write_text("flags\t\t: fpu sse2 avx avx2\n")

@@ -17,13 +17,13 @@ import httpx
 import pytest
 from conftest import ServerProcess
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import GymClient, SyncGymClient
-from gym_server.trainer_adapters.driver import DriverConfig, EpisodeSpec, RolloutDriver
-from gym_server.trainer_adapters.remote_chat import RemoteRenderer
-from gym_server.trainer_adapters.samplers import CompletionsSampler, OpenAIChatSampler, SamplingParams
-from gym_server.trainer_adapters.toolcalls import render_tool_call
-from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_prompt
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import GymClient, SyncGymClient
+from gym_trainer.driver import DriverConfig, EpisodeSpec, RolloutDriver
+from gym_trainer.remote_chat import RemoteRenderer
+from gym_trainer.samplers import CompletionsSampler, OpenAIChatSampler, SamplingParams
+from gym_trainer.toolcalls import render_tool_call
+from gym_trainer.trl import GymRolloutFunc, gym_prompt
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])

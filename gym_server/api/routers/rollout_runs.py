@@ -35,16 +35,16 @@ from gym_server.sdk.tasks import Task
 from gym_server.sessions.manager import SessionManager
 from gym_server.sessions.rollout_runs import RolloutRun
 from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS, NAME_PATTERN
-from gym_server.trainer_adapters.chat import Renderer
-from gym_server.trainer_adapters.client import GymAPIError, SessionInfo, StepResult, VerifyResult
-from gym_server.trainer_adapters.driver import (
+from gym_trainer.chat import Renderer
+from gym_trainer.client import GymAPIError, SessionInfo, StepResult, VerifyResult
+from gym_trainer.driver import (
     CLIENT_FAILURES,
     DriverConfig,
     EpisodeSpec,
     RolloutDriver,
 )
-from gym_server.trainer_adapters.remote_chat import RemoteRenderer
-from gym_server.trainer_adapters.samplers import (
+from gym_trainer.remote_chat import RemoteRenderer
+from gym_trainer.samplers import (
     ChatSampler,
     CompletionsSampler,
     OpenAIChatSampler,

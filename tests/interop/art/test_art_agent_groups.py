@@ -14,10 +14,10 @@ from gym_servers import Gym
 from openai import AsyncOpenAI
 from openai.types.chat.chat_completion import Choice
 
-from gym_server.trainer_adapters.agents import AgentEpisode, GatewayConfig
-from gym_server.trainer_adapters.art import agent_trajectory_groups
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.episodes import EpisodeSpec
+from gym_trainer.agents import AgentEpisode, GatewayConfig
+from gym_trainer.art import agent_trajectory_groups
+from gym_trainer.client import GymClient
+from gym_trainer.episodes import EpisodeSpec
 
 
 async def one_call_agent(episode: AgentEpisode) -> None:

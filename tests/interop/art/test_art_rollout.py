@@ -25,14 +25,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gym_server.trainer_adapters.art import (
+from gym_trainer.art import (
     GymEpisodeFailed,
     GymRolloutConfig,
     gym_rollout,
     gym_trajectory_groups,
 )
-from gym_server.trainer_adapters.client import GymClient
-from gym_server.trainer_adapters.episodes import EpisodeSpec
+from gym_trainer.client import GymClient
+from gym_trainer.episodes import EpisodeSpec
 
 CONFIG = GymRolloutConfig(max_turns=4, completion={"max_tokens": 64, "temperature": 1.0}, run="art")
 

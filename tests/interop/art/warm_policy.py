@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.client import SyncGymClient
-from gym_server.trainer_adapters.toolcalls import render_tool_call
-from gym_server.trainer_adapters.warmup import counter_example, tiny_counter_recipe, warm_up
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.client import SyncGymClient
+from gym_trainer.toolcalls import render_tool_call
+from gym_trainer.warmup import counter_example, tiny_counter_recipe, warm_up
 
 SUBMIT_STEPS = 60
 

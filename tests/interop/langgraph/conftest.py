@@ -1,7 +1,7 @@
 """Fixtures for the langgraph peer: real `gym-server serve` processes (tests/interop/gym_servers.py) and
 the warmed tiny policy behind a recording proxy (tests/interop/agent_gyms.py). LangGraph, langchain-openai
 and langchain-mcp-adapters (with its `mcp<2` client) run here, beside TRL and torch (the GRPO test); the
-gym's trainer-side helpers (`gym_server.trainer_adapters`, the base install) open the episodes; the GRPO
+gym's trainer-side helpers (`gym_trainer`, the base install) open the episodes; the GRPO
 recipe is the suite's own (tests/grpotest.py)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 
-from gym_server.trainer_adapters.agents import AgentEpisode, AgentFn
+from gym_trainer.agents import AgentEpisode, AgentFn
 
 __all__ = ["langgraph_agent"]
 

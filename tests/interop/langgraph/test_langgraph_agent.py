@@ -16,7 +16,7 @@ from agent_gyms import Policy, play_checked
 from conftest import Gym
 from langgraph_agent import langgraph_agent
 
-from gym_server.trainer_adapters.episodes import EpisodeSpec
+from gym_trainer.episodes import EpisodeSpec
 
 pytestmark = pytest.mark.anyio
 

@@ -30,17 +30,17 @@ from typing import Any
 import pytest
 import torch
 from conftest import Gym
-from datasets import Dataset
 from grpotest import cpu_grpo_config, rise, train_quietly
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph_agent import langgraph_agent
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from gym_server.trainer_adapters.client import SyncGymClient
-from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
-from gym_server.trainer_adapters.trl import AgentRolloutFunc, gym_prompt, gym_reward
-from gym_server.trainer_adapters.warmup import counter_offset_tasks, warm_up_counter
+from datasets import Dataset
+from gym_trainer.client import SyncGymClient
+from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
+from gym_trainer.trl import AgentRolloutFunc, gym_prompt, gym_reward
+from gym_trainer.warmup import counter_offset_tasks, warm_up_counter
 
 OFFSET = 3
 AMOUNTS = (1, 2, 3, 4)

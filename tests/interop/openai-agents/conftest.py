@@ -1,7 +1,7 @@
 """Fixtures for the openai-agents peer: real `gym-server serve` processes (tests/interop/gym_servers.py)
 and the warmed tiny policy behind a recording proxy (tests/interop/agent_gyms.py). The OpenAI Agents SDK
 (with its own `openai` and `mcp` clients) runs here; the gym's trainer-side helper
-(`gym_server.trainer_adapters.agents`, the base install) opens the episodes."""
+(`gym_trainer.agents`, the base install) opens the episodes."""
 
 from __future__ import annotations
 

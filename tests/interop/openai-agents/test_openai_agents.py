@@ -19,8 +19,8 @@ from agents.mcp import MCPServerStreamableHttp
 from conftest import Gym
 from openai import AsyncOpenAI
 
-from gym_server.trainer_adapters.agents import AgentEpisode
-from gym_server.trainer_adapters.episodes import EpisodeSpec
+from gym_trainer.agents import AgentEpisode
+from gym_trainer.episodes import EpisodeSpec
 
 pytestmark = pytest.mark.anyio
 

@@ -2,7 +2,7 @@
 `create_app`: guess a seeded number from 1 to 100, told "higher" or "lower" after each guess.
 
 `python -m uvicorn guess_env:app` (from this folder, in the openenv peer's venv) runs it as OpenEnv's
-own server; the gym plays it as `openenv/guess` through the manifest (gym_server/environments/openenv).
+own server; the gym plays it as `openenv/guess` through the manifest (environments/openenv).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An OpenEnv environment run by the gym: `guess_env.py` (openenv-core's base classes and `create_app`)
 served by OpenEnv's own server process from this peer's venv, registered in a gym through the OpenEnv
-manifest (gym_server/environments/openenv), and played through the gym's native API."""
+manifest (environments/openenv), and played through the gym's native API."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def warm_policy(gym: Gym) -> tuple[Any, Any, list[dict[str, Any]]]:
     `gym-server demo --model tiny`, so that it writes `add(k)` then `submit` (two-turn episodes)."""
     import torch
 
-    from gym_server.trainer_adapters.warmup import tiny_counter_recipe
+    from gym_trainer.warmup import tiny_counter_recipe
 
     torch.set_num_threads(1)  # the model is tiny: a second thread costs more than it gives on a shared CPU
     model, tokenizer, train, _ = tiny_counter_recipe(gym.url, n_tasks=4)

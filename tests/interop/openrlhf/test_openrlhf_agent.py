@@ -16,13 +16,13 @@ import torch
 from gym_servers import Gym
 from openrlhf.utils.agent import AgentExecutorBase
 
-import gym_server.trainer_adapters.openrlhf.agent_func as agent_func
-from gym_server.trainer_adapters.chat import HERMES_TEMPLATE, ChatRenderer
-from gym_server.trainer_adapters.client import SyncGymClient
-from gym_server.trainer_adapters.models import CHUNK_TOKENS, SPECIAL_TOKENS
-from gym_server.trainer_adapters.openrlhf import AgentSettings, gym_label, gym_prompt_rows, parse_label
-from gym_server.trainer_adapters.openrlhf.executor import GymAgentExecutor, TokenizerMismatch
-from gym_server.trainer_adapters.openrlhf.local_engine import LocalEngine, SamplingParams
+import gym_trainer.openrlhf.agent_func as agent_func
+from gym_trainer.chat import HERMES_TEMPLATE, ChatRenderer
+from gym_trainer.client import SyncGymClient
+from gym_trainer.models import CHUNK_TOKENS, SPECIAL_TOKENS
+from gym_trainer.openrlhf import AgentSettings, gym_label, gym_prompt_rows, parse_label
+from gym_trainer.openrlhf.executor import GymAgentExecutor, TokenizerMismatch
+from gym_trainer.openrlhf.local_engine import LocalEngine, SamplingParams
 
 Policy = tuple[Any, Any, list[dict[str, Any]]]
 

@@ -30,7 +30,7 @@ def pytest_report_header() -> str:
 @pytest.fixture(scope="session")
 def tiny() -> tuple[Any, Any]:
     """The gym's tiny policy (a 2-layer Llama built from a config, byte-level tokenizer)."""
-    from gym_server.trainer_adapters.models import build_tiny_model, build_tiny_tokenizer
+    from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     return tokenizer, build_tiny_model(tokenizer)

@@ -15,8 +15,8 @@ from conftest import Gym
 from cpu_server_manager import CpuServerManager
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.verl.sampler import TokenizerMismatch
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.verl.sampler import TokenizerMismatch
 
 pytestmark = pytest.mark.anyio
 
@@ -165,7 +165,7 @@ async def test_a_gym_that_never_answers_still_gives_a_row(
 async def test_a_tokenizer_that_is_not_the_served_models_is_a_clear_error(
     gym: Gym, tiny: tuple[Any, Any], agent_loop: Callable[..., Any]
 ) -> None:
-    from gym_server.trainer_adapters.models import build_tiny_model
+    from gym_trainer.models import build_tiny_model
 
     tokenizer, _ = tiny
 

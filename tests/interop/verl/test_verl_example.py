@@ -9,8 +9,8 @@ from pathlib import Path
 from conftest import AGENT_LOOP_YAML, Gym
 from omegaconf import OmegaConf
 
-from gym_server.trainer_adapters.verl.agent_loop import AGENT_NAME, episode_spec
-from gym_server.trainer_adapters.verl.reward import verify_request
+from gym_trainer.verl.agent_loop import AGENT_NAME, episode_spec
+from gym_trainer.verl.reward import verify_request
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "verl" / "make_dataset.py"
 

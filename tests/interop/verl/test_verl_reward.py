@@ -10,9 +10,9 @@ import pytest
 from conftest import Gym
 from verl.utils.import_utils import load_extern_object
 
-from gym_server.trainer_adapters.verl.reward import NoSignal
+from gym_trainer.verl.reward import NoSignal
 
-PATH = "pkg://gym_server.trainer_adapters.verl.reward"
+PATH = "pkg://gym_trainer.verl.reward"
 RIGHT = "(30+25)=55, 55*29=1595, minus 26 is 1569. \\boxed{1569}"  # math-00000's answer
 FRACTION = "1/3 + 9/10 = 37/30, so \\boxed{\\frac{37}{30}}"  # math-00011's answer
 

@@ -38,9 +38,9 @@ SERVED_NAME = "tiny-counter"
 # What the warmed weights depend on: the script and the recipe it runs.
 WARM_INPUTS = (
     HERE / "grpo_steps.py",
-    ROOT / "gym_server/trainer_adapters/warmup.py",
-    ROOT / "gym_server/trainer_adapters/models.py",
-    ROOT / "gym_server/trainer_adapters/chat.py",
+    ROOT / "trainer_adapters/gym_trainer/warmup.py",
+    ROOT / "trainer_adapters/gym_trainer/models.py",
+    ROOT / "trainer_adapters/gym_trainer/chat.py",
 )
 READY_TIMEOUT_S = 900
 

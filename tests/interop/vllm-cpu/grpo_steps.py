@@ -18,15 +18,14 @@ import json
 import os
 from pathlib import Path
 
-from gym_server.cli.demo import grpo_args, lora_config
-from gym_server.trainer_adapters.chat import ChatRenderer
-from gym_server.trainer_adapters.devices import resolve
-from gym_server.trainer_adapters.models import VLLM_TINY_HIDDEN_SIZE, load_policy
-from gym_server.trainer_adapters.samplers import CompletionsSampler
-from gym_server.trainer_adapters.trl import GymRolloutFunc, gym_reward
-from gym_server.trainer_adapters.trl.weight_sync import VLLMWeightSync
-from gym_server.trainer_adapters.vllm import LogprobProbe, LoraSync
-from gym_server.trainer_adapters.warmup import offset_task_prompts, tiny_counter_recipe
+from gym_trainer.chat import ChatRenderer
+from gym_trainer.devices import resolve
+from gym_trainer.models import VLLM_TINY_HIDDEN_SIZE, load_policy
+from gym_trainer.samplers import CompletionsSampler
+from gym_trainer.trl import GymRolloutFunc, grpo_args, gym_reward, lora_config
+from gym_trainer.trl.weight_sync import VLLMWeightSync
+from gym_trainer.vllm import LogprobProbe, LoraSync
+from gym_trainer.warmup import offset_task_prompts, tiny_counter_recipe
 
 
 def warm(options: argparse.Namespace) -> None:
@@ -46,6 +45,7 @@ def train(options: argparse.Namespace) -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     import trl
+
     from datasets import Dataset
 
     torch.set_num_threads(1)

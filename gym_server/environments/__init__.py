@@ -1,1 +1,0 @@
-"""Built-in environments, one folder each (env.py, README.md, fixtures, tests)."""
