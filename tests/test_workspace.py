@@ -109,7 +109,7 @@ def test_an_old_import_path_is_the_new_module_with_a_deprecation_warning(old: st
 def test_an_old_from_import_gives_the_same_class() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        from gym_server.trainer_adapters.client import GymClient as Old
+        from gym_server.trainer_adapters.client import GymClient as Old  # type: ignore[import-not-found]
     from gym_trainer.client import GymClient
 
     assert Old is GymClient
