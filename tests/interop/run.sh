@@ -85,11 +85,11 @@ venv() {
             fi
             touch "$venv/.gym-complete"
         fi
-        # A peer whose requirements install the gym's trainer side (`-e ./trainer_adapters`) gets it editable
+        # A peer whose requirements (either file) install the gym's trainer side (`-e ./trainer_adapters`) gets it editable
         # from the checkout that built the venv; the cache outlives that checkout, so the link is pointed at
         # this one when it points elsewhere (a removed clone, another worktree): the peer tests the code it
         # runs beside.
-        if grep -qxF -- "-e ./trainer_adapters" "$dir/requirements.txt" \
+        if cat "$dir"/requirements*.txt | grep -qxF -- "-e ./trainer_adapters" \
             && [ "$("$venv/bin/python" -P -c 'import gym_trainer; print(gym_trainer.__file__)' 2>/dev/null)" \
                 != "$(pwd)/trainer_adapters/gym_trainer/__init__.py" ]; then
             echo "== $peer: pointing its editable gym-trainer at $(pwd)" >&2

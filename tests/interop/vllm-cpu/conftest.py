@@ -2,9 +2,10 @@
 warmed up on counter tool calls, started the way a user starts it, `gym-server policy vllm`, and a real
 `gym-server serve` (tests/interop/gym_servers.py).
 
-vLLM runs from this venv's python (`--python sys.executable`), the gym and the trainer from the project's
-(`GYM_INTEROP_PYTHON`, with the `trl` extra): vLLM's pins (transformers < 5.20) and the project's lock
-(5.24) cannot share one environment, which is the point of testing it this way. The warmed model (head
+vLLM and the GRPO trainer run from this venv's python (`--python sys.executable`; the trainer side,
+`gym-trainer[trl]`, installs beside vLLM's pins, transformers < 5.20), the gym server from the project's
+(`GYM_INTEROP_PYTHON`): the service's lock (transformers 5.24) cannot share vLLM's environment, and
+does not need to, since the trainer side never imports the service. The warmed model (head
 size 32, which vLLM's CPU attention needs) is written once per version of its recipe into the interop
 cache (`grpo_steps.py warm`, about two minutes on 2 cores) and reused by later runs.
 """

