@@ -136,10 +136,19 @@ interop: | $(VENV_CFG)
 	bash tests/interop/run.sh $(PEER)
 
 ## Re-resolve the lock from pyproject.toml (every extra), taking the newest releases it allows
+# The workspace's distributions are not on the index: their wheels (built first) let pip-compile resolve
+# them, and --unsafe-package keeps them out of the pins (they install from the checkout).
+LOCK_WHEELS := var/lock-wheels
+WORKSPACE_DIRS = . $(patsubst -e%,%,$(shell grep '^-e' $(WORKSPACE)))
+WORKSPACE_NAMES = $(shell $(PYTHON) -c 'import sys, tomllib; print(*(tomllib.load(open(f"{d}/pyproject.toml", "rb"))["project"]["name"] for d in sys.argv[1:]))' $(WORKSPACE_DIRS))
 lock: | $(VENV_CFG)
 	$(PYTHON) -m pip install -q "pip-tools>=7.4"
-	$(PYTHON) -m piptools compile -q --upgrade --all-extras --strip-extras --no-emit-index-url \
-		--no-emit-find-links --output-file $(LOCK) pyproject.toml
+	rm -rf $(LOCK_WHEELS) && $(PYTHON) -m pip wheel -q --no-deps --wheel-dir $(LOCK_WHEELS) $(WORKSPACE_DIRS)
+	$(PYTHON) -m piptools compile -q $(LOCK_FLAGS) --all-extras --strip-extras --no-emit-index-url \
+		--no-emit-find-links --find-links $(LOCK_WHEELS) $(addprefix --unsafe-package ,$(WORKSPACE_NAMES)) \
+		--output-file $(LOCK) $(addsuffix /pyproject.toml,$(WORKSPACE_DIRS))
+# `make lock` refreshes every pin to the newest release allowed; `make lock LOCK_FLAGS=` re-resolves keeping them.
+LOCK_FLAGS ?= --upgrade
 
 ## The suite against the newest releases pyproject.toml allows, in a venv of its own (not in CI's path):
 ## drift shows up here before it reaches the lock
