@@ -180,7 +180,17 @@ def upsert_trajectories_sqlite(connection: Connection, records: Iterable[Traject
 
 # The columns that say which episode a row is and that indexes hold: a session's records never change
 # them, so the SQLite upsert of an existing row leaves their index entries alone (see above).
-_IDENTITY = ("run", "env", "env_version", "task_id", "server_name", "tenant", "created_at")
+_IDENTITY = (
+    "run",
+    "env",
+    "env_version",
+    "task_id",
+    "server_name",
+    "tenant",
+    "parent_id",
+    "parent_turn",
+    "created_at",
+)
 
 
 @dataclass(frozen=True)
