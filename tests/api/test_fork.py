@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import httpx
 from conftest import AppHarness
-from gymtest import assert_problem, call, open_counter, step, wait_for_rollout
+from gymtest import assert_problem, call, step, wait_for_rollout
 
 from gym_server.environments.counter.env import CounterEnv
 from gym_server.sdk.environment import ForkMode
@@ -105,7 +105,9 @@ async def test_forks_of_a_live_episode_start_in_its_state_and_go_their_own_ways(
 
 async def test_a_stored_episode_forks_at_an_earlier_turn_and_the_fork_can_finish(gym: AppHarness) -> None:
     client = gym.client
-    parent = await played(client, "counter", call("read"), call("add", {"amount": 1}), call("add", {"amount": 1}))
+    parent = await played(
+        client, "counter", call("read"), call("add", {"amount": 1}), call("add", {"amount": 1})
+    )
     assert (await client.delete(f"/v1/sessions/{parent}")).status_code == 204
     stored = await wait_for_rollout(client, parent, "abandoned")
     response = await fork(client, parent, turn=1)
