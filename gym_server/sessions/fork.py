@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = [
     "ForkUnavailable",
     "RecordedTurn",
     "build_forks",
+    "close_after",
     "close_environments",
     "first_difference",
     "fork_metadata",
@@ -314,6 +315,15 @@ async def _replayed(
         raise
     built.append(env)
     return env
+
+
+@contextlib.asynccontextmanager
+async def close_after(env: Environment, limits: LimitSettings) -> AsyncIterator[Environment]:
+    """`env`, closed (within `tool_timeout_s`, errors not raised) when the block ends, however it ends."""
+    try:
+        yield env
+    finally:
+        await asyncio.shield(close_environments([env], limits.tool_timeout_s))
 
 
 async def close_environments(instances: list[Environment], timeout_s: float) -> None:
