@@ -46,6 +46,7 @@ __all__ = [
     "close_environments",
     "first_difference",
     "fork_metadata",
+    "prefix_length",
     "replay_to_turn",
     "source_from_live",
     "source_from_record",
@@ -186,6 +187,13 @@ def split_turns(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
         else:
             opening.append(message)
     return opening, turns
+
+
+def prefix_length(messages: list[dict[str, Any]], turn: int) -> int:
+    """How many messages of a transcript come before its turn `turn + 1`: the opening and `turn` turns
+    with their replies (what a fork at `turn` shares with its parent)."""
+    opening, turns = split_turns(messages)
+    return len(opening) + sum(1 + len(recorded.replies) for recorded in turns[:turn])
 
 
 def first_difference(recorded: Any, replayed: Any, path: str = "") -> tuple[str, Any, Any] | None:
