@@ -1,8 +1,8 @@
 """Fork lineage: a forked episode names the episode and the turn it was forked at (docs/fork.md).
 
 Both columns are nullable (an episode that is not a fork has neither), so they are added with a plain
-`ALTER TABLE ... ADD COLUMN` on either database: no table rebuild, and revision 0004's triggers on
-`trajectories` stay as they are. `parent_id` is indexed to list an episode's forks.
+`ALTER TABLE ... ADD COLUMN` on either database (and dropped with a plain `DROP COLUMN`): no table
+rebuild, so revision 0004's triggers on `trajectories` stay as they are. `parent_id` is indexed to list an episode's forks.
 
 Revision ID: 0006
 Revises: 0005
@@ -30,6 +30,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_trajectories_parent_id", table_name="trajectories")
-    with op.batch_alter_table("trajectories") as batch:
-        batch.drop_column("parent_turn")
-        batch.drop_column("parent_id")
+    # Plain DROP COLUMN (SQLite 3.35 and later, PostgreSQL): a batch rebuild of the table on SQLite would
+    # drop revision 0003's expression index and 0004's triggers with it.
+    for column in ("parent_turn", "parent_id"):
+        op.execute(f"ALTER TABLE trajectories DROP COLUMN {column}")
