@@ -342,9 +342,10 @@ def forks_of(
 ) -> list[TrajectoryRecord]:
     """The stored forks of a trajectory that `where` keeps (index `ix_trajectories_parent_id`), by the
     turn they branch at, then oldest first; at most `limit` (a tree page shows that many columns)."""
+    forks = where.model_copy(update={"parent_id": trajectory_id})
     statement = (
         select(trajectories_table)
-        .where(_columns.parent_id == trajectory_id, *where.clauses())
+        .where(*forks.clauses())
         .order_by(_columns.parent_turn, _columns.created_at, _columns.id)
         .limit(limit)
     )

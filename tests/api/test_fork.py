@@ -101,6 +101,8 @@ async def test_forks_of_a_live_episode_start_in_its_state_and_go_their_own_ways(
     assert (await client.delete(f"/v1/sessions/{forks[0]['session_id']}")).status_code == 204
     stored = await wait_for_rollout(client, forks[0]["session_id"], "abandoned")
     assert (stored["parent_id"], stored["parent_turn"], stored["run"]) == (parent, 2, "tree")
+    listed = (await client.get("/v1/rollouts", params={"parent_id": parent})).json()
+    assert {item["id"] for item in listed["items"]} == {item["session_id"] for item in forks}
 
 
 async def test_a_stored_episode_forks_at_an_earlier_turn_and_the_fork_can_finish(gym: AppHarness) -> None:

@@ -2685,6 +2685,8 @@ export interface operations {
                 env?: string | null;
                 task_id?: string | null;
                 status?: components["schemas"]["TrajectoryStatus"] | null;
+                /** @description only the forks of this episode (docs/fork.md) */
+                parent_id?: string | null;
                 offset?: number;
                 limit?: number;
             };
