@@ -2,7 +2,8 @@
 
 Both columns are nullable (an episode that is not a fork has neither), so they are added with a plain
 `ALTER TABLE ... ADD COLUMN` on either database (and dropped with a plain `DROP COLUMN`): no table
-rebuild, so revision 0004's triggers on `trajectories` stay as they are. `parent_id` is indexed to list an episode's forks.
+rebuild, so revision 0004's triggers on `trajectories` stay as they are. `parent_id` is indexed to list
+an episode's forks.
 
 Revision ID: 0006
 Revises: 0005
