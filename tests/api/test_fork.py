@@ -13,7 +13,7 @@ import httpx
 from conftest import AppHarness
 from gymtest import assert_problem, call, step, wait_for_rollout
 
-from gym_server.environments.counter.env import CounterEnv
+from gym_env_counter.env import CounterEnv
 from gym_server.sdk.environment import ForkMode
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tools import tool

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from conftest import AppHarness
 from gymtest import call, step, wait_for_rollout
 
-from gym_server.environments.counter.env import CounterEnv
+from gym_env_counter.env import CounterEnv
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tools import tool
 from gym_server.sessions.fork import first_difference, prefix_length, source_from_live, split_turns

@@ -15,7 +15,7 @@ from conftest import AppHarness, serving
 from envsandbox import BACKENDS, installed_backend
 from gymtest import assert_problem, call, step
 
-from gym_server.environments.terminal.env import TerminalEnv
+from gym_env_terminal.env import TerminalEnv
 
 
 def shell(command: str) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import json
 import random
 from typing import Any
 
+from gym_env_counter.env import CounterEnv
 from gym_server.envcheck import check_environment
-from gym_server.environments.counter.env import CounterEnv
 from gym_server.sdk.environment import ForkMode
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tools import tool
