@@ -19,14 +19,6 @@ from gym_server.sdk.registry import Registry
 from gym_server.sdk.tools import tool
 
 
-class CopyCounter(CounterEnv):
-    """The counter declaring `copy` (its state is plain Python, so the default `copy_state` is exact)."""
-
-    name = "copy_counter"
-    dataset_name = "counter"
-    fork_mode = ForkMode.COPY
-
-
 class FrozenCounter(CounterEnv):
     """A counter that says it cannot be forked."""
 
@@ -41,6 +33,7 @@ class DiceCounter(CounterEnv):
 
     name = "dice_counter"
     dataset_name = "counter"
+    fork_mode = ForkMode.REPLAY
     open_instances: ClassVar[int] = 0
 
     async def setup(self) -> None:
@@ -82,7 +75,7 @@ async def test_forks_of_a_live_episode_start_in_its_state_and_go_their_own_ways(
     response = await fork(client, parent, turn=2, n=3, run="tree")
     assert response.status_code == 201, response.text
     answer = response.json()
-    assert answer["parent_id"] == parent and answer["turn"] == 2 and answer["fork_mode"] == "replay"
+    assert answer["parent_id"] == parent and answer["turn"] == 2 and answer["fork_mode"] == "copy"
     forks = answer["forks"]
     assert len(forks) == 3 and len({item["session_id"] for item in forks}) == 3
     for item in forks:
@@ -127,21 +120,22 @@ async def test_a_stored_episode_forks_at_an_earlier_turn_and_the_fork_can_finish
     assert done["done"] is True and done["reward"] == 1.0
 
 
-async def test_a_copy_mode_environment_is_copied(app_factory: Callable[..., Any]) -> None:
-    async with app_factory(Registry([CopyCounter])) as gym:
-        client = gym.client
-        parent = await played(client, "copy_counter", call("add", {"amount": 4}), call("add", {"amount": -1}))
-        value = await read(client, parent)
-        for turn in (3, 1):  # the current turn (copied from the live session) and an earlier one (replayed)
-            response = await fork(client, parent, turn=turn, n=2)
-            assert response.status_code == 201, response.text
-            assert response.json()["fork_mode"] == "copy"
-            first, second = (item["session_id"] for item in response.json()["forks"])
-            expected = value if turn == 3 else value + 1
-            assert await read(client, first) == expected
-            await step(client, first, call("add", {"amount": 5}))
-            assert await read(client, second) == expected  # copies share nothing
-        assert await read(client, parent) == value
+async def test_a_copy_mode_environment_is_copied(gym: AppHarness) -> None:
+    """The counter declares `copy`: forks at the live episode's turn are copies of it, at an earlier turn
+    copies of one replay; either way they share no state."""
+    client = gym.client
+    parent = await played(client, "counter", call("add", {"amount": 4}), call("add", {"amount": -1}))
+    value = await read(client, parent)
+    for turn in (3, 1):  # the current turn (copied from the live session) and an earlier one (replayed)
+        response = await fork(client, parent, turn=turn, n=2)
+        assert response.status_code == 201, response.text
+        assert response.json()["fork_mode"] == "copy"
+        first, second = (item["session_id"] for item in response.json()["forks"])
+        expected = value if turn == 3 else value + 1
+        assert await read(client, first) == expected
+        await step(client, first, call("add", {"amount": 5}))
+        assert await read(client, second) == expected  # copies share nothing
+    assert await read(client, parent) == value
 
 
 async def test_bad_forks_are_4xx_and_leave_nothing_running(app_factory: Callable[..., Any]) -> None:

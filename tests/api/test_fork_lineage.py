@@ -12,6 +12,7 @@ from conftest import AppHarness
 from gymtest import call, step, wait_for_rollout
 
 from gym_env_counter.env import CounterEnv
+from gym_server.sdk.environment import ForkMode
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tools import tool
 from gym_server.sessions.fork import first_difference, prefix_length, source_from_live, split_turns
@@ -102,6 +103,7 @@ class SlowCounter(CounterEnv):
 
     name = "slow_counter"
     dataset_name = "counter"
+    fork_mode = ForkMode.REPLAY  # each fork a replay of its own, to be cancelled mid-way
     open_instances: ClassVar[int] = 0
     # set once `expected` calls are inside `wait` at the same time
     inside: ClassVar[int] = 0

@@ -10,7 +10,7 @@ from typing import Any
 
 from gym_env_counter.env import CounterEnv
 from gym_server.envcheck import check_environment
-from gym_server.sdk.environment import ForkMode
+from gym_server.sdk.environment import Environment, ForkMode
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tools import tool
 
@@ -21,10 +21,11 @@ def _call(name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 class Stepwise(CounterEnv):
-    """The counter with a reference of one tool call a turn (several turns to fork at) and a die."""
+    """The counter, forked by replay, with a reference of one tool call a turn (several turns to fork at)."""
 
     name = "stepwise"
     dataset_name = "counter"
+    fork_mode = ForkMode.REPLAY
 
     def reference_solution(self) -> list[dict[str, Any]]:
         turns, value = [_call("read")], self.value
@@ -90,3 +91,14 @@ def test_false_claims_fail_naming_where() -> None:
     forked_after_the_roll = [item for item in dice.data["forked"] if item["turn"] >= 1]
     assert forked_after_the_roll, dice.data  # the seeded choice of turn forks after the roll here
     assert dice.status == "fail" and "diverged at turn 1" in dice.detail, dice.detail
+
+
+def test_every_built_in_declares_how_it_forks() -> None:
+    """Each built-in says it in its own class (docs/fork.md's table), not by inheriting the default;
+    `test_env_check.py` plays each one's fork check."""
+    undeclared = [
+        entry.name
+        for entry in Registry.discover()
+        if not any("fork_mode" in vars(klass) for klass in entry.cls.__mro__ if klass is not Environment)
+    ]
+    assert undeclared == []

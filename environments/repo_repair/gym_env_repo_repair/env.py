@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -94,6 +94,7 @@ class RepoRepairEnv(Environment):
     verifier_version = content_hash([Path(__file__), Path(code_verifier.__file__)])
     test_timeout_s: ClassVar[float] = 30.0
     limits: ClassVar[Limits] = Limits(timeout_s=40, memory_mb=512, pids=64, disk_mb=64)
+    fork_mode = ForkMode.REPLAY  # its state is a repository in its own sandbox: a fork replays in a fresh one
 
     @classmethod
     def check_task(cls, task: Task) -> None:
