@@ -18,6 +18,7 @@ spent on `run_tests`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -50,6 +51,10 @@ SYSTEM_PROMPT = (
 )
 MAX_FILES = 64
 MAX_OUTPUT = 6000
+# unittest's summary line ends with the run's wall time ("Ran 3 tests in 0.004s"): dropped from what the
+# model reads, so the same files answer the same text (a fork's replay compares it, docs/fork.md), and
+# the model is not shown noise
+_DURATION = re.compile(r"^(Ran \d+ tests?) in \d+(?:\.\d+)?s$", re.MULTILINE)
 TESTS_DIR = "tests/"
 RelPath = Annotated[str, Field(min_length=1, max_length=200)]
 Text = Annotated[str, Field(max_length=100_000)]
@@ -241,7 +246,7 @@ class RepoRepairEnv(Environment):
             )
         except SandboxUnavailable as exc:
             raise ToolError(f"the test sandbox is unavailable: {exc.detail}") from exc
-        output = result.text()
+        output = _DURATION.sub(r"\1", result.text())
         if len(output) > MAX_OUTPUT:
             output = output[:MAX_OUTPUT] + f"\n[output truncated to {MAX_OUTPUT} characters]"
         status = (
