@@ -267,20 +267,26 @@ async def build_forks(
     task and seed; `live` is the source's live session, if it is one.
 
     Raises:
-        ForkDiverged: a replay did not reproduce the recording (the first failure, the others cancelled).
+        ForkDiverged: a replay did not reproduce the recording (the first one's error).
     """
     built: list[Environment] = []
     try:
         if source.entry.cls.fork_mode is ForkMode.COPY:
             await _copies(source, turn, count, start, limits, live, built)
         else:
-            async with asyncio.TaskGroup() as group:
-                for _ in range(count):
-                    group.create_task(_replayed(source, turn, start, limits, built))
-    except BaseException as exc:
+            # Every replay runs to its end (each bounded by the step deadlines) rather than being
+            # cancelled at the first failure: a sandboxed step cancelled mid-call hands its sandbox back
+            # only after the answer, and a refusal must leave nothing admitted when it is sent.
+            replays = [_replayed(source, turn, start, limits, built) for _ in range(count)]
+            failures = [
+                outcome
+                for outcome in await asyncio.gather(*replays, return_exceptions=True)
+                if isinstance(outcome, BaseException)
+            ]
+            if failures:
+                raise failures[0]
+    except BaseException:
         await asyncio.shield(close_environments(built, limits.tool_timeout_s))
-        if isinstance(exc, BaseExceptionGroup):
-            raise exc.exceptions[0] from None
         raise
     return built
 
