@@ -5,7 +5,7 @@ The names below are the SDK promised to environment authors; everything else is 
 
 from gym_server.core import log_redaction, moved
 from gym_server.core.errors import GymError
-from gym_server.sdk.environment import Environment, StepOutcome, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, StepOutcome, VerifyResult
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import Registry
 from gym_server.sdk.tasks import Dataset, Task
@@ -19,6 +19,7 @@ moved.install()  # the 0.1 import paths of the code now in the workspace's other
 __all__ = [
     "Dataset",
     "Environment",
+    "ForkMode",
     "GymError",
     "HackProbe",
     "Registry",

@@ -21,6 +21,8 @@ __all__ = [
     "EnvironmentInfo",
     "EnvironmentList",
     "EpisodeAnswered",
+    "ForkCreated",
+    "ForkRequest",
     "GatewayAnswer",
     "GatewayLinks",
     "GatewaySpec",
@@ -201,6 +203,45 @@ class SessionCreated(BaseModel):
         None, description="present when the request gave task_choice: how the task was chosen"
     )
     gateway: GatewayLinks | None = Field(None, description="the episode's URLs, when opened with a gateway")
+    parent_id: str | None = Field(None, description="a fork's parent episode")
+    parent_turn: int | None = Field(None, description="the parent's turn a fork starts after")
+
+
+class ForkRequest(BaseModel):
+    """POST /v1/sessions/{id}/fork (docs/fork.md)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"turn": 3, "n": 4}, {"turn": 0, "n": 2, "run": "tree-17"}]},
+    )
+
+    turn: int = Field(
+        ge=0,
+        le=2**31 - 1,
+        description="the assistant turns of the episode the forks start after (0: right after reset)",
+    )
+    n: int = Field(
+        1, ge=1, le=2**31 - 1, description="forks to open, at most GYM_SESSIONS__MAX_FORKS (422 above)"
+    )
+    ttl_s: float | None = Field(None, gt=0, description="each fork's idle time-to-live in seconds")
+    run: str | None = Field(
+        None,
+        max_length=NAME_MAX_CHARS,
+        pattern=NAME_PATTERN,
+        description="the forks' run (default: the episode's)",
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    gateway: GatewaySpec | None = Field(
+        None,
+        description="open each fork with a recording gateway (default: the one the live episode has, if any)",
+    )
+
+
+class ForkCreated(BaseModel):
+    parent_id: str = Field(description="the forked episode")
+    turn: int = Field(description="the turn the forks start after")
+    fork_mode: Literal["copy", "replay"] = Field(description="how the environment's state was rebuilt")
+    forks: list[SessionCreated] = Field(description="the new live sessions, each with the parent's messages")
 
 
 class StepRequest(BaseModel):
@@ -272,6 +313,8 @@ class SessionState(BaseModel):
     reward: float | None
     components: dict[str, float]
     expires_at: datetime | None
+    parent_id: str | None = Field(None, description="a fork's parent episode")
+    parent_turn: int | None = Field(None, description="the parent's turn a fork starts after")
 
 
 class VerifyRequest(TaskRef):

@@ -65,6 +65,9 @@ class SessionSettings(BaseModel):
         3_600.0, ge=0, description="how long a closed id still answers 410 instead of 404"
     )
     retry_after_s: int = Field(2, ge=1, description="Retry-After sent with 429")
+    max_forks: int = Field(
+        16, ge=1, description="live sessions one fork request may open (422 above; docs/fork.md)"
+    )
 
     @model_validator(mode="after")
     def _ttl_order(self) -> SessionSettings:

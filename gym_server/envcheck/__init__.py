@@ -2,7 +2,8 @@
 
 `check_environment()` runs, on a few tasks of one split: determinism, the golden fixtures beside the
 environment (`gym-server verifiers check`'s replay), the reference solution, generic reward-hack probes,
-the environment's own probes and sandbox attacks (`Environment.hack_probes()`), the reward spread of a
+the environment's own probes and sandbox attacks (`Environment.hack_probes()`), its fork claim
+(`Environment.fork_mode`, `envcheck.forking`), the reward spread of a
 random baseline policy and its throughput. Everything runs in this process through the same turn engine
 and deadlines the server uses; sandboxed environments use the configured sandbox backend.
 """
@@ -21,6 +22,7 @@ from gym_server.envcheck.checks import (
     reference,
     spread_and_throughput,
 )
+from gym_server.envcheck.forking import fork_claim
 from gym_server.envcheck.report import CheckResult, EnvCheckReport
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 
@@ -97,6 +99,7 @@ async def _checks(context: CheckContext) -> list[CheckResult]:
         results = [await determinism(context)]
         found, references = await reference(context)
         results.append(found)
+        results.append(await fork_claim(context, references))
         results.extend(await generic_probes(context, references))
         results.extend(await own_probes(context))
         results.extend(await spread_and_throughput(context))

@@ -20,6 +20,7 @@ what the gateway relays of the upstream's answers and error texts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -167,6 +168,19 @@ class Gateways:
         gateway.weight_version = None if version is None else str(version)
         self._by_session[session] = gateway
         return gateway
+
+    def inherit(self, parent: LiveSession, fork: LiveSession) -> EpisodeGateway | None:
+        """Give `fork` a gateway to where `parent`'s goes (upstream, model, key; its own calls and sample
+        tally), so an agent that drove the parent through its gateway drives each fork the same way;
+        None when `parent` has none."""
+        gateway = self._by_session.get(parent)
+        if gateway is None:
+            return None
+        inherited = dataclasses.replace(gateway, session_id=fork.id, calls=0, tally=SampleTally())
+        fork.metadata = {**fork.metadata, "gateway": inherited.metadata()}
+        fork.dirty = True  # the next snapshot stores it
+        self._by_session[fork] = inherited
+        return inherited
 
     def _episode(self, session_id: str) -> tuple[LiveSession, EpisodeGateway]:
         try:

@@ -30,8 +30,8 @@ from gym_server.core.errors import EnvironmentNotFound, GymError, RolloutNotFoun
 from gym_server.core.settings import LimitSettings
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
-from gym_server.sessions.replay import verify_transcript
-from gym_server.store.records import INLINE_TASK_KEY, TrajectoryRecord, TrajectoryStatus
+from gym_server.sessions.replay import stored_task, verify_transcript
+from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
 from gym_server.store.writer import TrajectoryStore
 
 __all__ = ["CannotRescore", "EnvSummary", "RescoreOutcome", "RescoreSummary", "Rescorer"]
@@ -219,12 +219,9 @@ class Rescorer:
 
     @staticmethod
     def _task_of(entry: EnvironmentEntry, record: TrajectoryRecord) -> Task | None:
-        """The task the episode was played on: the inline one stored with it, else the dataset's."""
-        inline = record.metadata.get(INLINE_TASK_KEY)
-        if inline is None:
-            return entry.dataset.get(record.task_id)
+        """The task the episode was played on (`stored_task`), a refused inline one as `CannotRescore`."""
         try:
-            return entry.cls.inline_task(inline)
+            return stored_task(entry, record)
         except GymError as exc:
             raise CannotRescore(
                 record.id,

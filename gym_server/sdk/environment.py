@@ -10,12 +10,14 @@ verification and the CLI's `play`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import random
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,7 +28,7 @@ from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError, field_errors
 from gym_server.sdk.tools import ToolSpec
 
-__all__ = ["Environment", "StepOutcome", "VerifyResult"]
+__all__ = ["Environment", "ForkMode", "StepOutcome", "VerifyResult"]
 
 
 class VerifyResult(BaseModel):
@@ -38,6 +40,25 @@ class VerifyResult(BaseModel):
     components: dict[str, float] = Field(default_factory=dict)
     info: dict[str, Any] = Field(default_factory=dict)
     failure: str | None = Field(None, description="failure class, e.g. judge_failed or verify_timeout")
+
+
+class ForkMode(StrEnum):
+    """How an episode of an environment is forked at a turn (`POST /v1/sessions/{id}/fork`, docs/fork.md).
+
+    Whatever the mode, a fork starts from the state the original had after that turn; the mode says how
+    the server gets there, and `gym-server env check` verifies the claim.
+    """
+
+    # `copy_state()` returns an independent instance in the same state: a live episode forked at its
+    # current turn is copied, not replayed (an earlier turn, or a stored episode, is replayed once and
+    # the result copied for every further fork).
+    COPY = "copy"
+    # Rebuilt by replaying the recorded assistant turns in a fresh instance (same task, seed and
+    # version; a sandboxed one in a fresh sandbox), every observation compared with the recorded one:
+    # a difference refuses the fork (409 `fork-diverged`) instead of forking silently wrong.
+    REPLAY = "replay"
+    # Cannot be forked (state outside the gym's control, such as a live remote service): 409.
+    NONE = "none"
 
 
 @dataclass(slots=True)
@@ -91,6 +112,9 @@ class Environment:
         judge_rubric: the criteria an LLM judge scores this environment's answers by when the operator
             configured one (`GYM_JUDGE__URL`; `gym_verifiers.judging.judge_response`); None: never
             judged.
+        fork_mode: how an episode is forked at a turn (`ForkMode`): `replay` (the default, checked turn
+            by turn, so an environment that is not deterministic refuses rather than forks wrong),
+            `copy` (`copy_state()` is exact and cheap) or `none`.
     """
 
     name: ClassVar[str] = ""
@@ -107,6 +131,7 @@ class Environment:
     judge_rubric: ClassVar[str | None] = None
     reward_type: ClassVar[str] = ""
     hedge_probe: ClassVar[bool] = True
+    fork_mode: ClassVar[ForkMode] = ForkMode.REPLAY
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -176,6 +201,16 @@ class Environment:
 
     async def close(self) -> None:
         """Release what the episode holds (a sandbox, files). Called exactly once."""
+
+    async def copy_state(self) -> Self:
+        """An independent instance in this one's state, for `fork_mode = ForkMode.COPY` (called between
+        steps, never during one).
+
+        The default deep-copies the instance, right for state that is plain Python (numbers, dicts,
+        pydantic models, the seeded `rng`); override it when the state holds a handle a copy must not
+        share (a sandbox, a file, a connection), or declare `ForkMode.REPLAY` instead.
+        """
+        return copy.deepcopy(self)
 
     # -- optional hooks for `gym-server env check` (docs/environments.md) -----------------------
 
@@ -359,6 +394,10 @@ class Environment:
             raise EnvironmentDefinitionError(f"environment {cls.name!r} does not implement verify()")
         if cls.max_turns is not None and cls.max_turns < 1:
             raise EnvironmentDefinitionError(f"environment {cls.name!r}: max_turns must be at least 1")
+        if not isinstance(cls.fork_mode, ForkMode):
+            raise EnvironmentDefinitionError(
+                f"environment {cls.name!r}: fork_mode must be a ForkMode, got {cls.fork_mode!r}"
+            )
         for entry in cls.egress:
             try:
                 parse_rule(entry)

@@ -43,6 +43,8 @@ class LiveSession:
     tools: list[dict[str, Any]]
     max_turns: int
     tenant: str = DEFAULT_TENANT
+    parent_id: str | None = None  # a fork's lineage: the episode and turn it was forked at
+    parent_turn: int | None = None
     last_active: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     transcript_bytes: int = 0

@@ -25,7 +25,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, Protocol
 
 from gym_server.auth.context import current_tenant
@@ -42,12 +43,19 @@ from gym_server.core.errors import (
     StoreUnavailable,
 )
 from gym_server.core.settings import Settings
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry, Registry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.budgets import apply_budgets, charge_bytes
 from gym_server.sessions.catalog import CatalogRescan
 from gym_server.sessions.deadlines import run_verifier, step_with_deadline
+from gym_server.sessions.fork import (
+    ForkSource,
+    ForkUnavailable,
+    build_forks,
+    close_environments,
+    fork_metadata,
+)
 from gym_server.sessions.live import LiveSession, StepResult
 from gym_server.sessions.metrics import SessionMetrics
 from gym_server.sessions.task_choice import choose_and_compare
@@ -145,18 +153,11 @@ class SessionManager:
         policy: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> LiveSession:
-        limits = self.settings.sessions
-        if len(self._live) + self._creating >= limits.max_sessions:
-            self.metrics.rejected.inc()
-            raise AtCapacity(limits.max_sessions, limits.retry_after_s)
-        if ttl_s is not None and ttl_s > limits.max_ttl_s:
-            raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
+        self._check_capacity(1)
+        self._check_ttl(ttl_s)
         entry = self.registry.get(env) if env in self.registry else await self.catalog.entry(env)
         tenant = current_tenant.get() or DEFAULT_TENANT
-        if self.quotas is not None:
-            self.quotas.reserve_session(tenant)
-        self._creating += 1
-        try:
+        with self._admitted(1, tenant):
             # In a thread: a generated dataset makes the task now (reasoning-gym's generators are CPU work,
             # and a level not yet used builds its generator), which the shared event loop must not run.
             # A named task of a loaded JSONL dataset is a dict lookup: no thread hop on the hot path.
@@ -173,36 +174,146 @@ class SessionManager:
             if inline:
                 metadata[INLINE_TASK_KEY] = chosen.model_dump(mode="json")
             instance = await self._start_env(entry, chosen, seed)
+            opened = await self._opened(entry, [instance])
+        session = self._register(opened[0], entry, tenant, ttl_s, run, policy, metadata)
+        await self._acknowledge_opened([session])
+        return session
+
+    async def fork(
+        self,
+        source: ForkSource,
+        turn: int,
+        count: int,
+        *,
+        live: LiveSession | None = None,
+        ttl_s: float | None = None,
+        run: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> list[LiveSession]:
+        """Open `count` live sessions in the state `source` was in after `turn` (`sessions.fork`); all of
+        them, acknowledged, or none and nothing left running. `live` is the source's session when it is
+        live (a copy-mode environment at its current turn is copied from it rather than replayed).
+
+        Each fork is a session like any other (capacity, the tenant's quota, budgets, its own row) whose
+        row names its lineage; it keeps the source's run and policy unless `run` is given.
+
+        Raises:
+            InvalidRequest: `turn` beyond the episode or one that ended it, `count` over `max_forks`.
+            ForkUnavailable: the environment does not fork (`ForkMode.NONE`).
+            ForkDiverged: the replay did not reproduce the recording.
+        """
+        limit = self.settings.sessions.max_forks
+        if not 1 <= count <= limit:
+            raise InvalidRequest(
+                f"n={count}: a fork request opens 1..{limit} sessions (GYM_SESSIONS__MAX_FORKS)"
+            )
+        source.check_turn(turn)
+        entry = source.entry
+        if entry.cls.fork_mode is ForkMode.NONE:
+            raise ForkUnavailable(
+                source.id, f"environment {entry.name!r} does not fork (its fork_mode is none)"
+            )
+        self._check_capacity(count)
+        self._check_ttl(ttl_s)
+        run = source.run if run is None else run
+        check_episode(run=run, task_id=source.task.id, policy=source.policy)
+        metadata = fork_metadata(source, metadata)
+        tenant = current_tenant.get() or DEFAULT_TENANT
+        with self._admitted(count, tenant):
+            start = partial(self._start_env, entry, source.task, source.seed)
+            instances = await build_forks(source, turn, count, start, self.settings.limits, live)
+            opened = await self._opened(entry, instances)
+            if instances[0].done:
+                await self._close_all(instances)
+                raise InvalidRequest(
+                    f"turn {turn} ended episode {source.id!r} ({instances[0].done_reason}): a fork must be "
+                    f"able to take a next turn, fork at 0..{turn - 1}"
+                )
+        sessions = [
+            self._register(item, entry, tenant, ttl_s, run, source.policy, metadata, (source.id, turn))
+            for item in opened
+        ]
+        await self._acknowledge_opened(sessions)
+        return sessions
+
+    def _check_capacity(self, count: int) -> None:
+        limits = self.settings.sessions
+        if len(self._live) + self._creating + count > limits.max_sessions:
+            self.metrics.rejected.inc()
+            raise AtCapacity(limits.max_sessions, limits.retry_after_s)
+
+    def _check_ttl(self, ttl_s: float | None) -> None:
+        limits = self.settings.sessions
+        if ttl_s is not None and ttl_s > limits.max_ttl_s:
+            raise InvalidRequest(f"ttl_s={ttl_s:g} is over this server's maximum of {limits.max_ttl_s:g} s")
+
+    @contextlib.contextmanager
+    def _admitted(self, count: int, tenant: str) -> Iterator[None]:
+        """Hold `count` places (in the capacity and the tenant's quota) while sessions start: released
+        when starting fails; on success `_register` turns each into a live session."""
+        reserved = 0
+        try:
+            if self.quotas is not None:
+                for _ in range(count):
+                    self.quotas.reserve_session(tenant)
+                    reserved += 1
+            self._creating += count
             try:
-                # What the session needs from the started environment: if either fails, the environment
-                # (and the sandbox it holds) goes back now, since no session will ever own it.
-                tools = instance.tools()
-                transcript_bytes = len(jsontext.dumps(instance.messages))
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(instance.close(), self.settings.limits.tool_timeout_s)
-                raise
+                yield
+            finally:
+                self._creating -= count
         except BaseException:
             if self.quotas is not None:
-                self.quotas.unreserve(tenant)
+                for _ in range(reserved):
+                    self.quotas.unreserve(tenant)
             raise
-        finally:
-            self._creating -= 1
+
+    async def _opened(
+        self, entry: EnvironmentEntry, instances: list[Environment]
+    ) -> list[tuple[Environment, list[dict[str, Any]], int]]:
+        """Each started environment with what its session needs from it (tools, transcript bytes); if
+        that fails, every environment (and the sandbox it holds) goes back now, since no session will
+        ever own it."""
+        try:
+            return [
+                (instance, instance.tools(), len(jsontext.dumps(instance.messages))) for instance in instances
+            ]
+        except BaseException:
+            await self._close_all(instances)
+            raise
+
+    async def _close_all(self, instances: list[Environment]) -> None:
+        await asyncio.shield(close_environments(instances, self.settings.limits.tool_timeout_s))
+
+    def _register(
+        self,
+        opened: tuple[Environment, list[dict[str, Any]], int],
+        entry: EnvironmentEntry,
+        tenant: str,
+        ttl_s: float | None,
+        run: str | None,
+        policy: dict[str, Any] | None,
+        metadata: dict[str, Any],
+        parent: tuple[str, int] | None = None,
+    ) -> LiveSession:
+        """A started environment as a live session, its `live` row handed to the store."""
+        instance, tools, transcript_bytes = opened
+        limits = self.settings
         session = LiveSession(
             id=uuid.uuid4().hex,
             entry=entry,
             env=instance,
-            ttl_s=ttl_s or limits.default_ttl_s,
+            ttl_s=ttl_s or limits.sessions.default_ttl_s,
             run=run,
             policy=policy,
             metadata=metadata,
             created_at=utcnow(),
             tools=tools,
-            max_turns=min(
-                entry.cls.max_turns or self.settings.limits.max_turns, self.settings.limits.max_turns
-            ),
+            max_turns=min(entry.cls.max_turns or limits.limits.max_turns, limits.limits.max_turns),
             last_active=self._clock(),
             tenant=tenant,
+            parent_id=parent[0] if parent else None,
+            parent_turn=parent[1] if parent else None,
         )
         if self.quotas is not None:
             self.quotas.opened(tenant, session.id)
@@ -211,27 +322,34 @@ class SessionManager:
         self.sink.record(trajectory_record(session, TrajectoryStatus.LIVE, self.settings.server_name))
         self.metrics.created.labels(entry.name).inc()
         self.metrics.live.set(len(self._live))
-        # The 201 promises the episode is on record: a server killed right after it still leaves the row
-        # that the next start marks lost.
+        return session
+
+    async def _acknowledge_opened(self, sessions: list[LiveSession]) -> None:
+        """Return once every new session's row is committed: the 201 promises the episodes are on record,
+        so a server killed right after it still leaves the rows that the next start marks lost."""
         try:
-            await self._acknowledge(session.id)
+            for session in sessions:
+                await self._acknowledge(session.id)
         except StoreUnavailable as exc:
-            # The client gets no id, so nobody could close this session: it must not hold its sandbox
-            # until the TTL. Its row (if the database takes it later) says why it ended.
-            session.failure = FailureClass.STORE_ERROR
-            await self._finish(session, TrajectoryStatus.FAILED, "could not be stored when it was created")
+            # The client gets no id, so nobody could close these sessions: they must not hold their
+            # sandboxes until the TTL. Their rows (if the database takes them later) say why they ended.
+            for session in sessions:
+                session.failure = FailureClass.STORE_ERROR
+                await self._finish(
+                    session, TrajectoryStatus.FAILED, "could not be stored when it was created"
+                )
             why = (
                 "the database refused it" if isinstance(exc, StoreRefused) else "the database is slow or down"
             )
             raise type(exc)(f"no session was created, its trajectory could not be stored ({why})") from None
         except BaseException:
-            # Anything else (the request cancelled, an unexpected error): the client never learns the id,
-            # so nobody could close the session; it ends now rather than holding its sandbox until the TTL.
-            await asyncio.shield(
-                self._finish(session, TrajectoryStatus.ABANDONED, "its create did not complete")
-            )
+            # Anything else (the request cancelled, an unexpected error): the client never learns the ids,
+            # so nobody could close the sessions; they end now rather than holding sandboxes until the TTL.
+            for session in sessions:
+                await asyncio.shield(
+                    self._finish(session, TrajectoryStatus.ABANDONED, "its create did not complete")
+                )
             raise
-        return session
 
     async def _start_env(self, entry: EnvironmentEntry, task: Task, seed: int | None) -> Environment:
         timeout_s = self.settings.limits.tool_timeout_s

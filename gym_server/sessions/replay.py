@@ -1,4 +1,5 @@
-"""Stateless scoring: replay a transcript's assistant turns through a fresh environment, then verify.
+"""Stateless scoring: replay a transcript's assistant turns through a fresh environment, then verify;
+and the task a stored episode was played on, which every replay of it (re-scoring, forking) starts from.
 
 One code path serves single-turn completions and whole multi-turn transcripts, and it is the same
 engine a live session uses, so a stateless score always equals the score the session would have had.
@@ -19,9 +20,24 @@ from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import EnvironmentEntry
 from gym_server.sdk.tasks import Task
 from gym_server.sessions.deadlines import run_verifier, step_with_deadline
-from gym_server.store.records import FailureClass
+from gym_server.store.records import INLINE_TASK_KEY, FailureClass, TrajectoryRecord
 
-__all__ = ["verify_transcript"]
+__all__ = ["stored_task", "verify_transcript"]
+
+
+def stored_task(entry: EnvironmentEntry, record: TrajectoryRecord) -> Task | None:
+    """The task `record`'s episode was played on: the inline one stored with it, else the dataset's task
+    of its id (None: not in the dataset any more).
+
+    Blocking: a generated dataset makes the task now (CPU work), so callers on the loop use a thread.
+
+    Raises:
+        InvalidRequest: the stored inline task is refused by the environment as installed now.
+    """
+    inline = record.metadata.get(INLINE_TASK_KEY)
+    if inline is None:
+        return entry.dataset.get(record.task_id)
+    return entry.cls.inline_task(inline)
 
 
 async def verify_transcript(

@@ -49,6 +49,8 @@ def trajectory_record(
         num_turns=env.turns,
         server_name=server_name,
         tenant=session.tenant,
+        parent_id=session.parent_id,
+        parent_turn=session.parent_turn,
         created_at=session.created_at,
         finished_at=utcnow() if finished else None,
     )

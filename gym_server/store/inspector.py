@@ -33,6 +33,7 @@ __all__ = [
     "compare_choices",
     "curves",
     "find_trajectory",
+    "forks_of",
     "run_summaries",
     "task_passes",
     "task_rewards",
@@ -334,6 +335,21 @@ def find_trajectory(session: Session, where: TrajectoryFilter, trajectory_id: st
     statement = select(trajectories_table).where(_columns.id == trajectory_id, *where.clauses())
     row = session.execute(statement).first()
     return None if row is None else row_to_record(row)
+
+
+def forks_of(
+    session: Session, where: TrajectoryFilter, trajectory_id: str, limit: int = 64
+) -> list[TrajectoryRecord]:
+    """The stored forks of a trajectory that `where` keeps (index `ix_trajectories_parent_id`), by the
+    turn they branch at, then oldest first; at most `limit` (a tree page shows that many columns)."""
+    forks = where.model_copy(update={"parent_id": trajectory_id})
+    statement = (
+        select(trajectories_table)
+        .where(*forks.clauses())
+        .order_by(_columns.parent_turn, _columns.created_at, _columns.id)
+        .limit(limit)
+    )
+    return [row_to_record(row) for row in session.execute(statement)]
 
 
 class TaskReward(BaseModel):

@@ -144,6 +144,10 @@ class Trajectory(Base):
     num_turns: Mapped[int]
     server_name: Mapped[name | None] = mapped_column(index=True)
     tenant: Mapped[str] = mapped_column(String(64), index=True, server_default=DEFAULT_TENANT)
+    # Lineage of a fork (revision 0006): the episode it was forked from and the turn; indexed to list an
+    # episode's forks (the inspector's tree).
+    parent_id: Mapped[str | None] = mapped_column(String(128), index=True)
+    parent_turn: Mapped[int | None]
     created_at: Mapped[timestamp] = mapped_column(index=True)
     finished_at: Mapped[timestamp | None]
 

@@ -120,5 +120,9 @@ class TrajectoryRecord(BaseModel):
     num_turns: int = 0
     server_name: str | None = None
     tenant: str = Field(DEFAULT_TENANT, description="the tenant of the API key that created it")
+    parent_id: str | None = Field(None, description="the episode this one was forked from (docs/fork.md)")
+    parent_turn: int | None = Field(
+        None, description="the parent's turn it was forked at: the first `parent_turn` turns are the parent's"
+    )
     created_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None

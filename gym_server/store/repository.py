@@ -62,6 +62,7 @@ class TrajectoryFilter(BaseModel):
     env_version: str | None = None
     verifier_version: str | None = None
     policy: str | None = Field(None, description="the policy's `model` name")
+    parent_id: str | None = Field(None, description="forks of this episode (docs/fork.md)")
     created_from: datetime | None = Field(None, description="created at or after")
     created_to: datetime | None = Field(None, description="created before")
     evaluation: bool | None = Field(
@@ -81,6 +82,7 @@ class TrajectoryFilter(BaseModel):
             "tenant": self.tenant,
             "env_version": self.env_version,
             "verifier_version": self.verifier_version,
+            "parent_id": self.parent_id,
         }
         clauses = [columns[key] == value for key, value in wanted.items() if value is not None]
         if self.policy is not None:
@@ -180,7 +182,17 @@ def upsert_trajectories_sqlite(connection: Connection, records: Iterable[Traject
 
 # The columns that say which episode a row is and that indexes hold: a session's records never change
 # them, so the SQLite upsert of an existing row leaves their index entries alone (see above).
-_IDENTITY = ("run", "env", "env_version", "task_id", "server_name", "tenant", "created_at")
+_IDENTITY = (
+    "run",
+    "env",
+    "env_version",
+    "task_id",
+    "server_name",
+    "tenant",
+    "parent_id",
+    "parent_turn",
+    "created_at",
+)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from gym_server.store.records import TrajectoryStatus
 from gym_server.store.repository import list_rescores
 from gym_server.ui.compare import compare_tasks
 from gym_server.ui.filters import UiFilterDep
+from gym_server.ui.forks import branches
 from gym_server.ui.transcript import (
     HIGHLIGHT_BLOCK_CHARS,
     HIGHLIGHT_PAGE_CHARS,
@@ -155,6 +156,7 @@ async def trajectory_page(
     if record is None:
         raise RolloutNotFound(trajectory_id)
     rescores = await store.read(partial(list_rescores, trajectory_id=trajectory_id))
+    forks = await store.read(partial(inspector.forks_of, where=where, trajectory_id=trajectory_id))
 
     def render() -> Response:
         budget = HighlightBudget()
@@ -168,9 +170,25 @@ async def trajectory_page(
             highlight_limits=(HIGHLIGHT_BLOCK_CHARS, HIGHLIGHT_PAGE_CHARS),
             tokens=turn_tokens(record.turns),
             changes=score_changes(rescores),
+            forks=forks,
         )
 
     # Off the loop: a transcript may hold 8 MiB (escaping, folding, the capped highlighting, the template).
+    return await asyncio.to_thread(render)
+
+
+@router.get("/trajectories/{trajectory_id}/forks")
+async def forks_page(request: Request, trajectory_id: str, where: UiFilterDep, store: StoreDep) -> Response:
+    """An episode's forks as a tree: for each turn forked at, the continuations side by side from there."""
+    record = await store.read(partial(inspector.find_trajectory, where=where, trajectory_id=trajectory_id))
+    if record is None:
+        raise RolloutNotFound(trajectory_id)
+    forks = await store.read(partial(inspector.forks_of, where=where, trajectory_id=trajectory_id))
+
+    def render() -> Response:
+        budget = HighlightBudget()
+        return _page(request, "forks.html", record=record, branches=branches(record, forks, budget))
+
     return await asyncio.to_thread(render)
 
 

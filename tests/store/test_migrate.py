@@ -21,7 +21,7 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0005"
+    assert current_revision(empty_url) == head_revision() == "0006"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
@@ -46,6 +46,7 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
             # revision 0001's; run's and env's dropped by 0005, as the page indexes begin with them
             *[(column,) for column in ("task_id", "status", "created_at", "server_name")],
             ("tenant",),
+            ("parent_id",),  # revision 0006: an episode's forks
             # the rollout inspector's (revision 0003)
             ("run", "created_at", "id", "task_id", "reward", "failure", "tenant"),
             ("env", "created_at", "id", "run", "reward", "failure", "tenant"),

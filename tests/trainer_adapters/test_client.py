@@ -152,6 +152,46 @@ async def test_sessions_stay_on_the_replica_that_created_them() -> None:
     assert [h for h, _ in hosts] == ["a", "b", "b", "a"]
 
 
+async def test_forks_stay_on_their_episode_s_replica_and_refusals_are_api_errors() -> None:
+    hosts: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append((request.url.host, request.url.path))
+        path = request.url.path
+        if path == "/v1/sessions":
+            return httpx.Response(201, json={**CREATED, "session_id": f"id-{request.url.host}"})
+        if path.endswith("/fork"):
+            body = orjson.loads(request.content)
+            if body["turn"] > 1:
+                problem = {"type": "urn:gym-server:problem:invalid-request", "title": "Invalid request"}
+                return httpx.Response(422, json={**problem, "status": 422, "detail": "turn 2 is beyond"})
+            forks = [
+                {**CREATED, "session_id": f"fork-{i}", "parent_id": "id-b", "parent_turn": 1}
+                for i in range(2)
+            ]
+            return httpx.Response(
+                201, json={"parent_id": "id-b", "turn": 1, "fork_mode": "copy", "forks": forks}
+            )
+        return httpx.Response(200, json={"messages": [], "done": False, "reward": None, "info": {}})
+
+    gym = GymClient(["http://a", "http://b"], retry=FAST, transport=httpx.MockTransport(handler))
+    async with gym:
+        await gym.create_session("counter", task_id="t")
+        second = await gym.create_session("counter", task_id="t")
+        forked = await gym.fork(second.session_id, 1, 2)
+        assert (forked.parent_id, forked.turn, forked.fork_mode) == ("id-b", 1, "copy")
+        assert [(f.session_id, f.parent_id, f.parent_turn) for f in forked.forks] == [
+            ("fork-0", "id-b", 1),
+            ("fork-1", "id-b", 1),
+        ]
+        await gym.step("fork-1", {"role": "assistant", "content": "x"})
+        with pytest.raises(GymAPIError) as refused:
+            await gym.fork(second.session_id, 2)
+    assert refused.value.status == 422 and "beyond" in str(refused.value)
+    assert [h for h, _ in hosts] == ["a", "b", "b", "b", "b"]  # the forks and their steps: b, like it
+    assert sum(path.endswith("/fork") for _, path in hosts) == 2  # a refusal is not retried
+
+
 def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after(httpx.Response(429, headers={"Retry-After": "3"})) == 3.0
     assert retry_after(httpx.Response(429)) is None

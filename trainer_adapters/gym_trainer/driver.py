@@ -196,6 +196,11 @@ class RolloutDriver:
         rollout.session_id, rollout.task_id = session.session_id, session.task_id
         rollout.transcript = list(session.messages)
         rollout.tools = list(session.tools)
+        return await self.continue_episode(session, rollout, spec)
+
+    async def continue_episode(self, session: SessionInfo, rollout: Rollout, spec: EpisodeSpec) -> Rollout:
+        """Play `session` from where `rollout` stands (its `num_turns` turns taken, their tokens in its
+        columns: a fork's prefix) to the end, then score and close it."""
         try:
             if self.sampler.token_exact:
                 assert isinstance(self.sampler, TokenSampler) and self.renderer is not None
@@ -240,16 +245,21 @@ class RolloutDriver:
         renderer: Renderer,
         spec: EpisodeSpec,
     ) -> None:
-        prompt_ids = await _guarded(renderer.prompt_ids(session.messages, session.tools), "renderer")
-        rollout.prompt_ids = prompt_ids
+        first = rollout.num_turns  # 0, or a fork's turn: its prefix is in the rollout's columns already
+        if first == 0:
+            rollout.prompt_ids = await _guarded(
+                renderer.prompt_ids(session.messages, session.tools), "renderer"
+            )
+        prompt_ids = rollout.prompt_ids
         budget = self.config.max_completion_tokens
         stops = sorted(renderer.eos_token_ids)
-        env_ids: list[int] = []
-        for turn in range(self.config.max_turns):
+        env_ids = _env_tail(rollout)
+        for turn in range(first, self.config.max_turns):
             left = budget - len(rollout.completion_ids)
             if left < 1:
                 rollout.stop_reason = "max_completion_tokens"
                 return
+            rollout.turn_starts.append(len(rollout.completion_ids))
             started = time.perf_counter()
             sample = await _guarded(
                 sampler.sample(prompt_ids + rollout.completion_ids, self._params(spec, turn, left), stops),
@@ -324,7 +334,7 @@ class RolloutDriver:
     async def _play_chat(
         self, session: SessionInfo, rollout: Rollout, sampler: ChatSampler, spec: EpisodeSpec
     ) -> None:
-        for turn in range(self.config.max_turns):
+        for turn in range(rollout.num_turns, self.config.max_turns):
             started = time.perf_counter()
             params = self._params(spec, turn, self.config.sampling.max_tokens)
             sample = await _guarded(sampler.chat(rollout.transcript, session.tools, params), "sampler")
@@ -386,6 +396,14 @@ class RolloutDriver:
                 rollout.error = rollout.error or f"close failed: {exc}"
         except GymClientError as exc:
             rollout.error = rollout.error or f"close failed: {exc}"
+
+
+def _env_tail(rollout: Rollout) -> list[int]:
+    """The environment tokens that end the rollout's columns (the replies before its next turn)."""
+    start = len(rollout.env_mask)
+    while start > 0 and rollout.env_mask[start - 1] == 0:
+        start -= 1
+    return rollout.completion_ids[start:]
 
 
 async def _guarded(call: Awaitable[T], what: str) -> T:

@@ -78,10 +78,31 @@ class Rollout:
     turn_texts: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=lambda: {"sample_ms": 0.0, "env_ms": 0.0})
     error: str | None = None
+    # Where each turn's sampling began in `completion_ids` (a turn forked at starts from there).
+    turn_starts: list[int] = field(default_factory=list)
+    # A branch of a tree group (`trainer_adapters.tree`): the episode it was forked from, the turn and
+    # the index in `completion_ids` where its own tokens begin (before it: the parent's, shared with
+    # its siblings), how the gym rebuilt the state (`copy` or `replay`) and the environment steps it
+    # re-ran on the server to do so (a replay: the branch turn's steps; copies: one replay a request).
+    parent_session_id: str | None = None
+    branch_turn: int | None = None
+    branch_token: int = 0
+    fork_mode: str | None = None
+    replayed_steps: int = 0
 
     @property
     def model_tokens(self) -> int:
         return sum(self.env_mask)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens this sample's policy calls generated: a branch's own, not the prefix it shares."""
+        return sum(self.env_mask[self.branch_token :])
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps this sample's driver sent (a branch's own turns)."""
+        return self.num_turns - (self.branch_turn or 0)
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -158,6 +158,15 @@ export class GymClient {
     return this.request("post", "/v1/sessions/{session_id}/step", { path: { session_id: sessionId }, body });
   }
 
+  /**
+   * Fork the episode (live or stored) at `turn`: `n` new live sessions in the state it had after that turn,
+   * each holding its messages up to there and ready for the next assistant turn (docs/fork.md). All of them
+   * or none: a 409 `fork-diverged` names the first observation a replay did not reproduce.
+   */
+  fork(sessionId: string, body: Schemas["ForkRequest"]): Promise<Schemas["ForkCreated"]> {
+    return this.request("post", "/v1/sessions/{session_id}/fork", { path: { session_id: sessionId }, body });
+  }
+
   /** The live episode's state. */
   session(sessionId: string): Promise<Schemas["SessionState"]> {
     return this.request("get", "/v1/sessions/{session_id}", { path: { session_id: sessionId } });

@@ -279,6 +279,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork the episode at a turn
+         * @description Open `n` live sessions in the state this episode (live or stored) had after `turn`, each holding
+         *     its messages up to there and ready for the next assistant turn; all of them or none (docs/fork.md).
+         */
+        post: operations["fork_session_v1_sessions__session_id__fork_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}": {
         parameters: {
             query?: never;
@@ -762,6 +783,72 @@ export interface components {
              */
             done?: boolean;
         };
+        /** ForkCreated */
+        ForkCreated: {
+            /**
+             * Parent Id
+             * @description the forked episode
+             */
+            parent_id: string;
+            /**
+             * Turn
+             * @description the turn the forks start after
+             */
+            turn: number;
+            /**
+             * Fork Mode
+             * @description how the environment's state was rebuilt
+             * @enum {string}
+             */
+            fork_mode: "copy" | "replay";
+            /**
+             * Forks
+             * @description the new live sessions, each with the parent's messages
+             */
+            forks: components["schemas"]["SessionCreated"][];
+        };
+        /**
+         * ForkRequest
+         * @description POST /v1/sessions/{id}/fork (docs/fork.md).
+         * @example {
+         *       "n": 4,
+         *       "turn": 3
+         *     }
+         * @example {
+         *       "n": 2,
+         *       "run": "tree-17",
+         *       "turn": 0
+         *     }
+         */
+        ForkRequest: {
+            /**
+             * Turn
+             * @description the assistant turns of the episode the forks start after (0: right after reset)
+             */
+            turn: number;
+            /**
+             * N
+             * @description forks to open, at most GYM_SESSIONS__MAX_FORKS (422 above)
+             * @default 1
+             */
+            n?: number;
+            /**
+             * Ttl S
+             * @description each fork's idle time-to-live in seconds
+             */
+            ttl_s?: number | null;
+            /**
+             * Run
+             * @description the forks' run (default: the episode's)
+             */
+            run?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** @description open each fork with a recording gateway (default: the one the live episode has, if any) */
+            gateway?: components["schemas"]["GatewaySpec"] | null;
+        };
         /**
          * FunctionCall
          * @description The function of a tool call; `arguments` is a JSON string as OpenAI sends it (or an object).
@@ -1105,6 +1192,16 @@ export interface components {
             task_choice?: components["schemas"]["CurriculumDraw"] | null;
             /** @description the episode's URLs, when opened with a gateway */
             gateway?: components["schemas"]["GatewayLinks"] | null;
+            /**
+             * Parent Id
+             * @description a fork's parent episode
+             */
+            parent_id?: string | null;
+            /**
+             * Parent Turn
+             * @description the parent's turn a fork starts after
+             */
+            parent_turn?: number | null;
         };
         /** SessionState */
         SessionState: {
@@ -1146,6 +1243,16 @@ export interface components {
             };
             /** Expires At */
             expires_at: string | null;
+            /**
+             * Parent Id
+             * @description a fork's parent episode
+             */
+            parent_id?: string | null;
+            /**
+             * Parent Turn
+             * @description the parent's turn a fork starts after
+             */
+            parent_turn?: number | null;
         };
         /** StepResponse */
         StepResponse: {
@@ -1329,6 +1436,16 @@ export interface components {
              * @default default
              */
             tenant?: string;
+            /**
+             * Parent Id
+             * @description the episode this one was forked from (docs/fork.md)
+             */
+            parent_id?: string | null;
+            /**
+             * Parent Turn
+             * @description the parent's turn it was forked at: the first `parent_turn` turns are the parent's
+             */
+            parent_turn?: number | null;
             /**
              * Created At
              * Format: date-time
@@ -2102,6 +2219,60 @@ export interface operations {
             };
         };
     };
+    fork_session_v1_sessions__session_id__fork_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkCreated"];
+                };
+            };
+            /** @description unknown session (another tenant's answers the same) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the replay diverged, the environment does not fork, or its version is gone */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description turn beyond the episode or one that ended it, n above the limit */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description at capacity (all n forks must fit) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     get_session_v1_sessions__session_id__get: {
         parameters: {
             query?: never;
@@ -2514,6 +2685,8 @@ export interface operations {
                 env?: string | null;
                 task_id?: string | null;
                 status?: components["schemas"]["TrajectoryStatus"] | null;
+                /** @description only the forks of this episode (docs/fork.md) */
+                parent_id?: string | null;
                 offset?: number;
                 limit?: number;
             };

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from gym_server import Environment, ToolError, VerifyResult, tool
+from gym_server import Environment, ForkMode, ToolError, VerifyResult, tool
 from gym_server.sdk.tasks import Task, check_task_field
 
 __all__ = ["CounterEnv"]
@@ -33,6 +33,7 @@ class CounterEnv(Environment):
         "You control a counter. Call `read` to see its value, `add` to change it by -10..10, "
         "and `submit` when it equals the target."
     )
+    fork_mode = ForkMode.COPY  # its state is a few integers: the default deep copy is exact
 
     @classmethod
     def check_task(cls, task: Task) -> None:

@@ -30,7 +30,7 @@ from gym_env_game_2048.board import (
     slide,
     spawn,
 )
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -83,6 +83,7 @@ class Game2048Env(Environment):
     max_turns = 200
     system_prompt = SYSTEM_PROMPT
     verifier_version = content_hash([Path(__file__), Path(board_module.__file__)])
+    fork_mode = ForkMode.COPY  # its state is the board and counters: the default deep copy is exact
 
     @classmethod
     def check_task(cls, task: Task) -> None:

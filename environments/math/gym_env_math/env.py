@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, TaskFieldError, check_task_field
 from gym_verifiers import format as answer_format
@@ -53,6 +53,7 @@ class MathEnv(Environment):
         [Path(__file__), Path(str(answer_format.__file__)), Path(str(math_verifier.__file__))]
     )
     verify_timeout_s: ClassVar[float] = DEFAULT_TIMEOUT_S
+    fork_mode = ForkMode.REPLAY  # single turn: a fork is a fresh start, which a replay makes at no cost
 
     @classmethod
     def check_task(cls, task: Task) -> None:

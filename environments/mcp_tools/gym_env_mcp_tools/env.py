@@ -29,7 +29,7 @@ from gym_env_mcp_tools.manifest import HttpServer, McpManifest, StdioServer, loa
 from gym_server.core.errors import SandboxUnavailable
 from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra
 from gym_server.protocols.mcp.mapping import openai_function
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.runtime import (
     FailureClass,
@@ -75,6 +75,8 @@ class McpToolsEnv(Environment):
     manifest: ClassVar[McpManifest]
     multi_turn = True
     reward_type = "binary: the answer matches by the manifest's rule"
+    # its state is an MCP server in its own sandbox: a fork starts a fresh one and replays
+    fork_mode = ForkMode.REPLAY
 
     @classmethod
     def check_task(cls, task: Task) -> None:

@@ -24,7 +24,7 @@ import orjson
 
 from gym_env_nemo_gym.manifest import NemoGymManifest, load_manifest
 from gym_env_nemo_gym.rows import RowsDataset, openai_tools, verify_request
-from gym_server import Environment, VerifyResult
+from gym_server import Environment, ForkMode, VerifyResult
 from gym_server.core.errors import BackendUnavailable
 from gym_server.protocols.nemo_gym.wire import FAILURE_KEY
 from gym_server.sdk.messages import tool_message
@@ -46,6 +46,7 @@ class NemoGymResourcesEnv(Environment):
 
     manifest: ClassVar[NemoGymManifest]
     multi_turn = True
+    fork_mode = ForkMode.NONE  # its state lives in a NeMo Gym server the gym does not control: not forked
 
     @classmethod
     def dataset(cls) -> Dataset:

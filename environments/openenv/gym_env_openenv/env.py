@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_server import Environment, ToolError, VerifyResult, tool
+from gym_server import Environment, ForkMode, ToolError, VerifyResult, tool
 from gym_server.core import jsontext
 from gym_server.core.errors import EnvironmentDefinitionError
 from gym_server.protocols.openenv.remote import OpenEnvAnswer, OpenEnvConnection, OpenEnvError
@@ -73,6 +73,7 @@ class OpenEnvEnvironment(Environment):
     url: ClassVar[str] = ""
     timeout_s: ClassVar[float] = 30.0
     multi_turn = True
+    fork_mode = ForkMode.NONE  # its state lives in an OpenEnv server the gym does not control: not forked
 
     async def setup(self) -> None:
         self.rewards: list[float] = []

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym_server import Environment, ToolError, VerifyResult, tool
+from gym_server import Environment, ForkMode, ToolError, VerifyResult, tool
 from gym_server.sdk.tasks import Task, check_task_field
 
 __all__ = ["PhonebookAnswer", "PhonebookEnv"]
@@ -46,6 +46,8 @@ class PhonebookEnv(Environment):
         "You are a phone operator. Call `lookup` with the person's full name to get their extension, "
         "then call `dial` with that extension."
     )
+    # its state is a small dict and the dialled number: the default deep copy is exact
+    fork_mode = ForkMode.COPY
 
     @classmethod
     def check_task(cls, task: Task) -> None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym_env_python_repl.repl import PythonSession
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.runtime import Limits, SessionSandbox, session_sandbox
@@ -74,6 +74,8 @@ class PythonReplEnv(Environment):
     verifier_version = content_hash([Path(__file__)])
     cell_timeout_s: ClassVar[float] = 10.0
     limits: ClassVar[Limits] = Limits(timeout_s=30, memory_mb=512, pids=64, disk_mb=64)
+    # its state is an interpreter in its own sandbox: a fork replays in a fresh one
+    fork_mode = ForkMode.REPLAY
 
     @classmethod
     def check_task(cls, task: Task) -> None:

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
 from gym_verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, extract_tagged, final_answer
@@ -349,6 +349,7 @@ class ReasoningGymEnv(Environment):
     max_turns = 1
     reward_type = "the generator's scorer, 0..1 (partial credit on some)"
     system_prompt = SYSTEM_PROMPT
+    fork_mode = ForkMode.REPLAY  # single turn: a fork is a fresh start, which a replay makes at no cost
 
     async def on_assistant(
         self, message: dict[str, Any], *, tool_timeout_s: float, max_tool_calls: int

@@ -18,13 +18,14 @@ spent on `run_tests`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -50,6 +51,10 @@ SYSTEM_PROMPT = (
 )
 MAX_FILES = 64
 MAX_OUTPUT = 6000
+# unittest's summary line ends with the run's wall time ("Ran 3 tests in 0.004s"): dropped from what the
+# model reads, so the same files answer the same text (a fork's replay compares it, docs/fork.md), and
+# the model is not shown noise
+_DURATION = re.compile(r"^(Ran \d+ tests?) in \d+(?:\.\d+)?s$", re.MULTILINE)
 TESTS_DIR = "tests/"
 RelPath = Annotated[str, Field(min_length=1, max_length=200)]
 Text = Annotated[str, Field(max_length=100_000)]
@@ -94,6 +99,7 @@ class RepoRepairEnv(Environment):
     verifier_version = content_hash([Path(__file__), Path(code_verifier.__file__)])
     test_timeout_s: ClassVar[float] = 30.0
     limits: ClassVar[Limits] = Limits(timeout_s=40, memory_mb=512, pids=64, disk_mb=64)
+    fork_mode = ForkMode.REPLAY  # its state is a repository in its own sandbox: a fork replays in a fresh one
 
     @classmethod
     def check_task(cls, task: Task) -> None:
@@ -240,7 +246,7 @@ class RepoRepairEnv(Environment):
             )
         except SandboxUnavailable as exc:
             raise ToolError(f"the test sandbox is unavailable: {exc.detail}") from exc
-        output = result.text()
+        output = _DURATION.sub(r"\1", result.text())
         if len(output) > MAX_OUTPUT:
             output = output[:MAX_OUTPUT] + f"\n[output truncated to {MAX_OUTPUT} characters]"
         status = (

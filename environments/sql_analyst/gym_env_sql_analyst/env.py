@@ -22,7 +22,7 @@ from gym_env_sql_analyst.results import ResultSet, compare, run_gold
 from gym_env_sql_analyst.sandboxed import QueryError, SqlSession
 from gym_env_sql_analyst.schemas import FAMILIES, database_script, schema_text
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -77,6 +77,8 @@ class SqlAnalystEnv(Environment):
     hedge_probe = False  # the answer is a query's result set, not text: a hedge is a wrong result
     query_timeout_s: ClassVar[float] = 5.0
     limits: ClassVar[Limits] = Limits(timeout_s=60, memory_mb=256, pids=32, disk_mb=32)
+    # its state is a database in its own sandbox: a fork replays the queries in a fresh one
+    fork_mode = ForkMode.REPLAY
 
     @classmethod
     def check_task(cls, task: Task) -> None:

@@ -32,7 +32,7 @@ from gym_env_support.store import (
     policy_problem,
 )
 from gym_env_support.user import SimulatedUser
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -59,6 +59,8 @@ class SupportEnv(Environment):
     max_turns = 20
     system_prompt = SYSTEM_PROMPT
     verifier_version = content_hash([Path(__file__), Path(store_module.__file__), Path(user_module.__file__)])
+    # its state is the orders database and the scripted user, plain Python: deep-copied
+    fork_mode = ForkMode.COPY
 
     desk: Desk
     user: SimulatedUser

@@ -21,7 +21,7 @@ from pydantic import Field
 from gym_env_terminal import checks as checks_module
 from gym_env_terminal.checks import TerminalAnswer, score_state, snapshot_request
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.messages import tool_call_message
 from gym_server.sdk.probes import HackProbe
 from gym_server.sdk.registry import content_hash
@@ -56,6 +56,8 @@ class TerminalEnv(Environment):
     verifier_version = content_hash([Path(__file__), Path(checks_module.__file__), SNAPSHOT])
     command_timeout_s: ClassVar[float] = 20.0
     limits: ClassVar[Limits] = Limits(timeout_s=30, memory_mb=512, pids=64, disk_mb=64)
+    # its state is files in its own sandbox: a fork replays the commands in a fresh one
+    fork_mode = ForkMode.REPLAY
 
     @classmethod
     def check_task(cls, task: Task) -> None:

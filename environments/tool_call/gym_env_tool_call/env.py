@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym_env_tool_call import safety
 from gym_env_tool_call.catalog import TOOLS
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_verifiers import tool_call as tool_call_verifier
@@ -70,6 +70,7 @@ class ToolCallEnv(Environment):
     verifier_version = content_hash(
         [Path(__file__), Path(safety.__file__), Path(str(tool_call_verifier.__file__))]
     )
+    fork_mode = ForkMode.REPLAY  # single turn: a fork is a fresh start, which a replay makes at no cost
 
     def tools(self) -> list[dict[str, Any]]:
         """The tools this task offers, from its public `metadata["tools"]`."""

@@ -27,7 +27,7 @@ from gym_env_workplace.world import (
     parse_date,
     parse_time,
 )
-from gym_server.sdk.environment import Environment, VerifyResult
+from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Task, check_task_field
 from gym_server.sdk.tools import ToolError, tool
@@ -63,6 +63,8 @@ class WorkplaceEnv(Environment):
     system_prompt = SYSTEM_PROMPT
     # The score depends on this module and on the goal checks: version both.
     verifier_version = content_hash([Path(__file__), Path(goals_module.__file__)])
+    # its state is the calendar and mail workspace, plain Python: the default deep copy is exact
+    fork_mode = ForkMode.COPY
 
     workspace: Workspace
 

@@ -31,10 +31,15 @@ async def list_rollouts(
     env: Annotated[str | None, Query(max_length=128)] = None,
     task_id: Annotated[str | None, Query(max_length=256)] = None,
     status: TrajectoryStatus | None = None,
+    parent_id: Annotated[
+        str | None, Query(max_length=128, description="only the forks of this episode (docs/fork.md)")
+    ] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Response:
-    where = TrajectoryFilter(run=run, env=env, task_id=task_id, status=status, tenant=tenant)
+    where = TrajectoryFilter(
+        run=run, env=env, task_id=task_id, status=status, tenant=tenant, parent_id=parent_id
+    )
     items, total = await store.page(where, offset=offset, limit=limit)
     head = f'{{"offset":{offset},"limit":{limit},"total":{total},"items":['.encode()
     return Response(await asyncio.to_thread(_json_list, head, items, b"]}"), media_type="application/json")

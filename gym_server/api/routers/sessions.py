@@ -9,6 +9,7 @@ documented (OpenAPI) form of the API and take every request the fast path does n
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable
 from functools import partial
@@ -23,6 +24,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gym_server.api.deps import ManagerDep, RegistryDep, StoreDep, TenantDep
 from gym_server.api.schemas import (
     CreateSessionRequest,
+    ForkCreated,
+    ForkRequest,
     SessionCreated,
     SessionState,
     StepRequest,
@@ -39,6 +42,7 @@ from gym_server.gateway.service import Gateways
 from gym_server.sdk.environment import VerifyResult
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.curriculum import CurriculumDraw, TaskChoice, choose_by_pass_rate, curriculum_for
+from gym_server.sessions.fork import source_from_live, source_from_record
 from gym_server.sessions.live import LiveSession
 from gym_server.sessions.manager import SessionManager
 from gym_server.store.records import TrajectoryRecord, TrajectoryStatus
@@ -101,6 +105,17 @@ async def _create(
         policy=body.policy,
         metadata=metadata,
     )
+    payload = _created(session)
+    if chosen is not None:
+        payload["task_choice"] = chosen.model_dump()
+    if spec is not None and gateways is not None and upstream is not None:
+        gateways.open(session, upstream, spec.model, spec.token_exact, spec.api_key)
+        payload["gateway"] = _gateway_links(base_url, session.id)
+    return _json(payload)
+
+
+def _created(session: LiveSession) -> dict[str, Any]:
+    """A new session as its create (or fork) answers it (`SessionCreated`)."""
     payload: dict[str, Any] = {
         "session_id": session.id,
         "env": session.entry.name,
@@ -112,13 +127,14 @@ async def _create(
         "max_turns": session.max_turns,
         "expires_at": session.expires_at().isoformat(),
     }
-    if chosen is not None:
-        payload["task_choice"] = chosen.model_dump()
-    if spec is not None and gateways is not None and upstream is not None:
-        gateways.open(session, upstream, spec.model, spec.token_exact, spec.api_key)
-        episode = f"{base_url.rstrip('/')}{router.prefix}/{session.id}"
-        payload["gateway"] = {"base_url": f"{episode}/openai/v1", "mcp_url": f"{episode}/mcp"}
-    return _json(payload)
+    if session.parent_id is not None:
+        payload["parent_id"], payload["parent_turn"] = session.parent_id, session.parent_turn
+    return payload
+
+
+def _gateway_links(base_url: str, session_id: str) -> dict[str, str]:
+    episode = f"{base_url.rstrip('/')}{router.prefix}/{session_id}"
+    return {"base_url": f"{episode}/openai/v1", "mcp_url": f"{episode}/mcp"}
 
 
 async def _by_curriculum(
@@ -217,6 +233,66 @@ async def record_truncated_turn(
     The text counts towards the transcript budget like a step's message."""
     turns, failure = await manager.record_truncated_turn(session_id, body.content, body.turn_data)
     return TruncatedTurnRecorded(turns=turns, failure=failure)
+
+
+@router.post(
+    "/{session_id}/fork",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ForkCreated,
+    summary="Fork the episode at a turn",
+    responses={
+        404: {"description": "unknown session (another tenant's answers the same)"},
+        409: {"description": "the replay diverged, the environment does not fork, or its version is gone"},
+        422: {"description": "turn beyond the episode or one that ended it, n above the limit"},
+        429: {"description": "at capacity (all n forks must fit)"},
+    },
+)
+async def fork_session(
+    session_id: str,
+    body: ForkRequest,
+    manager: ManagerDep,
+    store: StoreDep,
+    registry: RegistryDep,
+    tenant: TenantDep,
+    request: Request,
+) -> Response:
+    """Open `n` live sessions in the state this episode (live or stored) had after `turn`, each holding
+    its messages up to there and ready for the next assistant turn; all of them or none (docs/fork.md)."""
+    live: LiveSession | None
+    try:
+        live = manager.get(session_id)
+    except GymError as exc:
+        if exc.status not in (404, 410):
+            raise
+        record = await store.get(session_id, tenant=tenant)
+        if record is None:
+            raise
+        live, source = None, await asyncio.to_thread(source_from_record, record, registry)
+    else:
+        source = await source_from_live(live)
+    gateways: Gateways | None = getattr(request.app.state, "gateways", None)
+    metadata, spec, upstream = body.metadata, body.gateway, None
+    if spec is not None:
+        if gateways is None:
+            raise GymError("the gateways are not running")
+        upstream = gateways.check(spec.upstream)
+        metadata = {**metadata, "gateway": gateways.describe(upstream, spec.model, spec.token_exact)}
+    forks = await manager.fork(
+        source, body.turn, body.n, live=live, ttl_s=body.ttl_s, run=body.run, metadata=metadata
+    )
+    created = []
+    for fork in forks:
+        payload = _created(fork)
+        opened = None
+        if gateways is not None and upstream is not None and spec is not None:
+            opened = gateways.open(fork, upstream, spec.model, spec.token_exact, spec.api_key)
+        elif gateways is not None and live is not None:
+            opened = gateways.inherit(live, fork)
+        if opened is not None:
+            payload["gateway"] = _gateway_links(str(request.base_url), fork.id)
+        created.append(payload)
+    answer = {"parent_id": source.id, "turn": body.turn, "fork_mode": source.entry.cls.fork_mode.value}
+    return _response(_json({**answer, "forks": created}), status.HTTP_201_CREATED)
 
 
 @router.get("/{session_id}", response_model=SessionState, summary="Transcript and state", responses=_ERRORS)
@@ -353,6 +429,8 @@ def _live_state(session: LiveSession) -> SessionState:
         reward=verified.reward if verified else None,
         components=verified.components if verified else {},
         expires_at=session.expires_at(),
+        parent_id=session.parent_id,
+        parent_turn=session.parent_turn,
     )
 
 
@@ -374,4 +452,6 @@ def _stored_state(record: TrajectoryRecord) -> SessionState:
         reward=record.reward,
         components=record.components,
         expires_at=None,
+        parent_id=record.parent_id,
+        parent_turn=record.parent_turn,
     )

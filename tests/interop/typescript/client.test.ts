@@ -126,3 +126,24 @@ test("without the key, or with a wrong one, the gym answers a typed 401", async 
     });
   }
 });
+
+test("forks an episode at a turn: the forks hold its messages and go their own ways", async () => {
+  const session = await client.createSession({ env: "counter", task_id: "counter-0000", seed: 0, run: "ts-fork" });
+  await client.step(session.session_id, { message: call("read") });
+  await client.step(session.session_id, { message: call("add", { amount: 6 }) });
+  const forked = await client.fork(session.session_id, { turn: 1, n: 2 });
+  assert.equal(forked.parent_id, session.session_id);
+  assert.equal(forked.forks.length, 2);
+  const [first, second] = forked.forks;
+  assert.ok(first && second);
+  assert.equal(first.parent_turn, 1);
+  assert.equal(first.messages.length, 4); // system, user, the read and its answer
+  assert.equal((await client.step(first.session_id, { message: call("add", { amount: 6 }) })).messages[0]?.content, "26");
+  assert.equal((await client.step(second.session_id, { message: call("add", { amount: 1 }) })).messages[0]?.content, "21");
+  await assert.rejects(client.fork(session.session_id, { turn: 9 }), (error: unknown) => {
+    assert.ok(error instanceof GymProblemError);
+    assert.equal(error.status, 422);
+    return true;
+  });
+  for (const id of [session.session_id, first.session_id, second.session_id]) await client.closeSession(id);
+});

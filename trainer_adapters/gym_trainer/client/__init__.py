@@ -30,6 +30,7 @@ from gym_trainer.client.errors import (
 from gym_trainer.client.keys import API_KEY_VARIABLE, gym_api_key
 from gym_trainer.client.records import (
     EnvironmentInfo,
+    ForkInfo,
     SessionInfo,
     StepResult,
     VerifyResult,
@@ -40,6 +41,7 @@ from gym_trainer.client.sync_client import SyncGymClient
 __all__ = [
     "API_KEY_VARIABLE",
     "EnvironmentInfo",
+    "ForkInfo",
     "GymAPIError",
     "GymClient",
     "GymClientError",

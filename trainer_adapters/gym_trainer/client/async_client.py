@@ -24,6 +24,7 @@ from gym_trainer.client.errors import (
 from gym_trainer.client.keys import gym_api_key
 from gym_trainer.client.records import (
     EnvironmentInfo,
+    ForkInfo,
     SessionInfo,
     StepResult,
     VerifyResult,
@@ -257,6 +258,32 @@ class GymClient:
         if direct:
             self._direct_of[session.session_id] = direct.rstrip("/")
         return session
+
+    async def fork(
+        self,
+        session_id: str,
+        turn: int,
+        n: int = 1,
+        *,
+        ttl_s: float | None = None,
+        run: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ForkInfo:
+        """Fork the episode (live or stored) at `turn`: `n` live sessions in the state it had after that
+        turn, each holding its messages up to there (docs/fork.md); all of them or none. The forks stay
+        on the episode's replica. Like a step, never re-sent after it may have reached the server (a
+        second request would open `n` more)."""
+        body = _present(turn=turn, n=n, ttl_s=ttl_s, run=run, metadata=metadata)
+        route = self._routed(session_id)
+        response = await self.request("POST", f"/v1/sessions/{session_id}/fork", json=body, **route)
+        base = self._base(session_id)
+        forked = ForkInfo.from_json(response.json(), base)
+        direct = self._direct_of.get(session_id)
+        for fork in forked.forks:
+            self._replica_of[fork.session_id] = base
+            if direct is not None:
+                self._direct_of[fork.session_id] = direct
+        return forked
 
     async def step(
         self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None

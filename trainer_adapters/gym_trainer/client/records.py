@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EnvironmentInfo", "SessionInfo", "StepResult", "VerifyResult"]
+__all__ = ["EnvironmentInfo", "ForkInfo", "SessionInfo", "StepResult", "VerifyResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,8 @@ class SessionInfo:
     max_turns: int
     expires_at: str
     base_url: str
+    parent_id: str | None = None  # a fork's: the episode and turn it was forked at (docs/fork.md)
+    parent_turn: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any], base_url: str) -> SessionInfo:
@@ -36,6 +38,28 @@ class SessionInfo:
             max_turns=int(data["max_turns"]),
             expires_at=str(data.get("expires_at", "")),
             base_url=base_url,
+            parent_id=data.get("parent_id"),
+            parent_turn=data.get("parent_turn"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ForkInfo:
+    """The forks one fork request opened, and how the gym rebuilt their state (`copy` or `replay`: a
+    replay steps the environment through the prefix again on the server, no tokens generated)."""
+
+    parent_id: str
+    turn: int
+    fork_mode: str
+    forks: list[SessionInfo]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], base_url: str) -> ForkInfo:
+        return cls(
+            parent_id=str(data["parent_id"]),
+            turn=int(data["turn"]),
+            fork_mode=str(data["fork_mode"]),
+            forks=[SessionInfo.from_json(item, base_url) for item in data["forks"]],
         )
 
 

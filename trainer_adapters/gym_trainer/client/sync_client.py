@@ -9,6 +9,7 @@ from gym_trainer._loop import BackgroundLoop
 from gym_trainer.client.async_client import GymClient
 from gym_trainer.client.records import (
     EnvironmentInfo,
+    ForkInfo,
     SessionInfo,
     StepResult,
     VerifyResult,
@@ -64,6 +65,9 @@ class SyncGymClient:
 
     def create_session(self, env: str, **kwargs: Any) -> SessionInfo:
         return self._call(lambda: self.aclient.create_session(env, **kwargs))
+
+    def fork(self, session_id: str, turn: int, n: int = 1, **kwargs: Any) -> ForkInfo:
+        return self._call(lambda: self.aclient.fork(session_id, turn, n, **kwargs))
 
     def step(
         self, session_id: str, message: dict[str, Any], turn_data: dict[str, Any] | None = None

@@ -18,12 +18,18 @@ Sampling: by default a `LocalSampler` over `trainer.model` (on-policy, CPU, `use
 the same server before each generation). `max_completion_length`, `temperature` and `top_p` come from
 the trainer's config. Do not pass `tools` or `environment_factory` together with this function.
 
+Tree groups: with `tree=TreeShape(...)` each group is sampled as a tree (`trainer_adapters.tree`): one
+episode, then the group's other samples forked from its turns, the prefix generated once. Each sample's
+columns stay exact (the prefix's tokens verbatim), and the extras `gym_parent_session_id`,
+`gym_branch_turn` and `gym_branch_token` say where it branches (None on the root and in flat groups).
+
 Tracking: pass `tracker=open_tracker(...)` (`trainer_adapters.tracking`) and every step's episodes are
 logged as `rollout_metrics` at the trainer's global step; the caller finishes the tracker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 from collections.abc import Sequence
@@ -38,6 +44,7 @@ from gym_trainer.samplers.base import SamplingParams, TokenSampler
 from gym_trainer.samplers.local import LocalSampler
 from gym_trainer.tracking.backends import Tracker
 from gym_trainer.tracking.metrics import rollout_metrics
+from gym_trainer.tree import TreeShape, run_tree
 from gym_trainer.trl.columns import TrlRow, rollout_columns
 
 __all__ = ["GymRolloutFunc", "gym_prompt", "load_gym_dataset", "prompt_text"]
@@ -150,6 +157,7 @@ class GymRolloutFunc:
         seed: base of the derived gym and sampling seeds (reproducible runs).
         tracker: where each step's `rollout_metrics` are logged (none by default).
         api_key: the gym's key, when it requires one (default `$GYM_API_KEY`).
+        tree: sample each group as a tree of this shape (module docstring); None: flat groups.
     """
 
     gym_url: str | list[str]
@@ -161,6 +169,7 @@ class GymRolloutFunc:
     seed: int = 0
     tracker: Tracker | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
+    tree: TreeShape | None = None
     last_rollouts: list[Rollout] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _loop: BackgroundLoop | None = field(default=None, repr=False)
@@ -198,7 +207,10 @@ class GymRolloutFunc:
             sample_seed = None if config.sampling.seed is None else config.sampling.seed + i
             specs.append(EpisodeSpec(spec.env, spec.task_id, spec.task, spec.seed, sample_seed))
         driver = RolloutDriver(gym, self.sampler, self._renderer, config)
-        rollouts = loop.run(driver.run_many(specs, self.concurrency))
+        if self.tree is None:
+            rollouts = loop.run(driver.run_many(specs, self.concurrency))
+        else:
+            rollouts = loop.run(_tree_groups(driver, gym, specs, groups, self.tree, self.concurrency))
         self.last_rollouts = rollouts
         self.history.append({"step": step, **summarize(rollouts)})
         if self.tracker is not None:
@@ -219,7 +231,12 @@ class GymRolloutFunc:
             if not prompt_ids:  # the session never opened: render the dataset prompt instead
                 prompt_ids = self._renderer.render_prompt(_plain(prompt)).ids
             tokens = (rollout.completion_ids, rollout.logprobs, rollout.env_mask)
-            extra = {"gym_stop_reason": rollout.stop_reason}
+            extra = {
+                "gym_stop_reason": rollout.stop_reason,
+                "gym_parent_session_id": rollout.parent_session_id,
+                "gym_branch_turn": rollout.branch_turn,
+                "gym_branch_token": rollout.branch_token if rollout.branch_turn is not None else None,
+            }
             rows.append(TrlRow(prompt_ids, *tokens, episode=rollout, extra=extra))
         return rollout_columns(rows, eos=self._renderer.primary_eos_id)
 
@@ -231,6 +248,32 @@ class GymRolloutFunc:
                 self._loop.run(self.sampler.aclose())
             self._loop.stop()
         self._loop = self._gym = None
+
+
+async def _tree_groups(
+    driver: RolloutDriver,
+    gym: GymClient,
+    specs: Sequence[EpisodeSpec],
+    groups: Sequence[int],
+    shape: TreeShape,
+    concurrency: int,
+) -> list[Rollout]:
+    """Each group (consecutive specs of one group index) as a tree, in prompt order; at most
+    `concurrency` groups at once."""
+    firsts: dict[int, EpisodeSpec] = {}
+    sizes: dict[int, int] = {}
+    for spec, group in zip(specs, groups, strict=True):
+        firsts.setdefault(group, spec)
+        sizes[group] = sizes.get(group, 0) + 1
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(group: int) -> list[Rollout]:
+        async with gate:
+            return await run_tree(driver, gym, firsts[group], sizes[group], shape)
+
+    async with asyncio.TaskGroup() as task_group:
+        tasks = [task_group.create_task(one(group)) for group in firsts]
+    return [rollout for task in tasks for rollout in task.result()]
 
 
 def _plain(prompt: Any) -> list[dict[str, Any]]:
