@@ -145,7 +145,7 @@ lock: | $(VENV_CFG)
 	$(PYTHON) -m pip install -q "pip-tools>=7.4"
 	rm -rf $(LOCK_WHEELS) && $(PYTHON) -m pip wheel -q --no-deps --wheel-dir $(LOCK_WHEELS) $(WORKSPACE_DIRS)
 	$(PYTHON) -m piptools compile -q $(LOCK_FLAGS) --all-extras --strip-extras --no-emit-index-url \
-		--no-emit-find-links --find-links $(LOCK_WHEELS) $(addprefix --unsafe-package ,$(WORKSPACE_NAMES)) \
+		--no-emit-find-links --find-links $(LOCK_WHEELS) $(addprefix --unsafe-package ,$(WORKSPACE_NAMES) setuptools pip distribute) \
 		--output-file $(LOCK) $(addsuffix /pyproject.toml,$(WORKSPACE_DIRS))
 # `make lock` refreshes every pin to the newest release allowed; `make lock LOCK_FLAGS=` re-resolves keeping them.
 LOCK_FLAGS ?= --upgrade

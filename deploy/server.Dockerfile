@@ -44,7 +44,7 @@ COPY datasets/ datasets/
 COPY environments/ environments/
 RUN set -eu; \
     /opt/venv/bin/pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir /wheels/gym \
-        . trainer_adapters verifiers datasets environments/*/; \
+        . ./trainer_adapters ./verifiers ./datasets ./environments/*/; \
     /opt/venv/bin/pip install --quiet --no-deps --no-index /wheels/gym/*.whl; \
     /opt/venv/bin/pip check; \
     /opt/venv/bin/pip uninstall --quiet --yes pip setuptools wheel; \

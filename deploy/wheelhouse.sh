@@ -73,7 +73,7 @@ project_wheel() {
     find "$OUT" -maxdepth 1 \( -name 'gym_server-*.whl' -o -name 'gym_trainer-*.whl' -o -name 'gym_verifiers-*.whl' \
         -o -name 'gym_datasets-*.whl' -o -name 'gym_env_*.whl' \) -delete
     "$PYTHON" -m pip wheel --quiet --no-deps --no-build-isolation --no-index --wheel-dir "$OUT" \
-        . trainer_adapters verifiers datasets environments/*/ >/dev/null
+        . ./trainer_adapters ./verifiers ./datasets ./environments/*/ >/dev/null
     log "gym-server wheels: $(cd "$OUT" && ls gym_server-*.whl gym_trainer-*.whl gym_env_*.whl | wc -l)"
 }
 

@@ -157,6 +157,20 @@ async def _verify_session(client: httpx.AsyncClient, ctx: dict[str, Any]) -> Non
     await client.post(f"/v1/sessions/{session}/verify")
 
 
+async def _fork(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    """The most forks one request may open, of a live episode whose turns carry the largest bodies, at a
+    turn before its last (a checked replay of every turn, then copies) and where it stands."""
+    session = await _session(client, metadata={"pad": _big_text()})
+    add = {"id": "c0", "type": "function", "function": {"name": "add", "arguments": '{"amount": 1}'}}
+    for _ in range(3):
+        message = {"role": "assistant", "content": _big_text(), "tool_calls": [add]}
+        stepped = await client.post(f"/v1/sessions/{session}/step", json={"message": message})
+        assert stepped.status_code == 200 and not stepped.json()["done"], stepped.text
+    for turn in (2, 3):
+        forked = await client.post(f"/v1/sessions/{session}/fork", json={"turn": turn, "n": 16})
+        assert forked.status_code == 201, forked.text
+
+
 async def _truncated(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     session = await _session(client)
     await client.post(f"/v1/sessions/{session}/truncated-turn", json={"content": _big_text()})
@@ -427,6 +441,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", "/v1/sessions/{session_id}/step"): _step,
     ("POST", "/v1/sessions/{session_id}/verify"): _verify_session,
     ("POST", "/v1/sessions/{session_id}/truncated-turn"): _truncated,
+    ("POST", "/v1/sessions/{session_id}/fork"): _fork,
     ("GET", "/v1/sessions/{session_id}"): _get_session,
     ("DELETE", "/v1/sessions/{session_id}"): _close_session,
     # The episode gateway (docs/gateway.md), against an upstream answering with the largest record.
@@ -455,6 +470,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/ui/trajectories"): _gets("/ui/trajectories"),
     # 8 MiB of fenced Python (42.9 s on the loop before, /healthz stalled 42.5 s).
     ("GET", "/ui/trajectories/{trajectory_id}"): _gets(f"/ui/trajectories/{BIG}"),
+    ("GET", "/ui/trajectories/{trajectory_id}/forks"): _gets(f"/ui/trajectories/{BIG}/forks"),
     ("GET", "/ui/compare"): _gets("/ui/compare", a="loop-guard", b="loop-guard"),
     ("GET", "/ui/live"): _gets("/ui/live"),
     ("MOUNT", "/ui/static"): _gets("/ui/static/app.css"),

@@ -10,6 +10,7 @@ verification and the CLI's `play`.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import inspect
@@ -208,9 +209,11 @@ class Environment:
 
         The default deep-copies the instance, right for state that is plain Python (numbers, dicts,
         pydantic models, the seeded `rng`); override it when the state holds a handle a copy must not
-        share (a sandbox, a file, a connection), or declare `ForkMode.REPLAY` instead.
+        share (a sandbox, a file, a connection), or declare `ForkMode.REPLAY` instead. The copy runs in a
+        worker thread: an episode's transcript may be megabytes, and the event loop serves others meanwhile
+        (the instance is not stepped during it).
         """
-        return copy.deepcopy(self)
+        return await asyncio.to_thread(copy.deepcopy, self)
 
     # -- optional hooks for `gym-server env check` (docs/environments.md) -----------------------
 

@@ -275,9 +275,13 @@ class SessionManager:
         that fails, every environment (and the sandbox it holds) goes back now, since no session will
         ever own it."""
         try:
-            return [
-                (instance, instance.tools(), len(jsontext.dumps(instance.messages))) for instance in instances
-            ]
+            # In a thread: n transcripts of up to megabytes each are measured (the event-loop guard's case).
+            return await asyncio.to_thread(
+                lambda: [
+                    (instance, instance.tools(), len(jsontext.dumps(instance.messages)))
+                    for instance in instances
+                ]
+            )
         except BaseException:
             await self._close_all(instances)
             raise

@@ -89,6 +89,25 @@ class _Refused:
     error: str
 
 
+# The most transcript text (characters of message contents and tool-call arguments, a cheap stand-in for
+# the row's size) a commit on the loop may write: the rows of a few ordinary episodes. Beyond it (an episode
+# of megabyte turns, n forks of one) serializing and writing would hold the loop for hundreds of ms, so the
+# writer thread commits them (tests/test_event_loop_guard.py, the fork case).
+_LOOP_COMMIT_MAX_CHARS = 256 * 1024
+
+
+def _text_chars(record: TrajectoryRecord) -> int:
+    """The characters of `record`'s message contents and tool-call arguments (a string each, mostly)."""
+    total = 0
+    for message in record.messages:
+        content = message.get("content")
+        total += len(content) if isinstance(content, str) else 0
+        for call in message.get("tool_calls") or ():
+            arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+            total += len(arguments) if isinstance(arguments, str) else 0
+    return total
+
+
 # The loop's commits between two WAL checkpoints by the thread: a one-row commit appends about 16 pages
 # (the row, its indexes, the totals), so this keeps the WAL near SQLite's own default of 1,000 pages; a
 # longer WAL makes every commit dearer (measured: a one-row commit's CPU doubled without checkpoints).
@@ -345,6 +364,9 @@ class TrajectoryStore(StoreQueries):
             with self._lock:
                 batch = list(itertools.islice(self._queue.values(), self._batch_size))
             if not batch:
+                return
+            if sum(_text_chars(entry.record) for entry in batch) > _LOOP_COMMIT_MAX_CHARS:
+                self._wake.set()  # megabytes of transcript: the thread serializes and writes them
                 return
             try:
                 link.upsert([entry.record for entry in batch])

@@ -292,7 +292,10 @@ async def fork_session(
             payload["gateway"] = _gateway_links(str(request.base_url), fork.id)
         created.append(payload)
     answer = {"parent_id": source.id, "turn": body.turn, "fork_mode": source.entry.cls.fork_mode.value}
-    return _response(_json({**answer, "forks": created}), status.HTTP_201_CREATED)
+    # n copies of the episode's messages (up to 16 of an episode of the largest turns: ~100 MiB of JSON)
+    # are rendered in a thread, not on the loop (tests/test_event_loop_guard.py's worst case).
+    rendered = await asyncio.to_thread(_json, {**answer, "forks": created})
+    return _response(rendered, status.HTTP_201_CREATED)
 
 
 @router.get("/{session_id}", response_model=SessionState, summary="Transcript and state", responses=_ERRORS)
