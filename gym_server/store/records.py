@@ -118,6 +118,10 @@ class TrajectoryRecord(BaseModel):
     timings: dict[str, Any] = Field(default_factory=dict, description="step durations in ms and totals")
     metadata: dict[str, Any] = Field(default_factory=dict)
     num_turns: int = 0
+    version_min: int | None = Field(
+        None, description="the oldest policy version that sampled a call of the episode (store/versions.py)"
+    )
+    version_max: int | None = Field(None, description="the newest policy version that sampled a call of it")
     server_name: str | None = None
     tenant: str = Field(DEFAULT_TENANT, description="the tenant of the API key that created it")
     parent_id: str | None = Field(None, description="the episode this one was forked from (docs/fork.md)")

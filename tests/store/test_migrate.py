@@ -21,7 +21,7 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0006"
+    assert current_revision(empty_url) == head_revision() == "0007"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
@@ -35,6 +35,10 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
             "rescores",
             "api_keys",
             "trajectory_totals",
+            "policy_runs",
+            "policy_versions",
+            "buffer_groups",
+            "buffer_leases",
         }
         indexes = inspector.get_indexes("trajectories")
         indexed = {
