@@ -42,7 +42,7 @@ from gym_server.store.models import (
     PolicyVersion,
     trajectories_table,
 )
-from gym_server.store.records import TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.records import BUFFER_GROUP_KEY, TrajectoryRecord, TrajectoryStatus, utcnow
 from gym_server.store.repository import row_to_record
 
 __all__ = [
@@ -486,7 +486,7 @@ def _handed(session: Session, tenant: str, run: str, chosen: Sequence[str]) -> l
     )
     for trajectory in session.execute(statement):
         record = row_to_record(trajectory)
-        episodes[record.metadata["buffer_group"]].append(record)
+        episodes[record.metadata[BUFFER_GROUP_KEY]].append(record)
     return [
         HandedGroup(
             group_id=group.id,

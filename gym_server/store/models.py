@@ -37,7 +37,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeEngine
 
-from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
+from gym_server.store.records import BUFFER_GROUP_KEY, DEFAULT_TENANT, NAME_MAX_CHARS
 
 __all__ = [
     "ApiKey",
@@ -358,7 +358,7 @@ class BufferGroupKey(_JsonText):
 
     inherit_cache = True
     name = "buffer_group"
-    json_key = "buffer_group"
+    json_key = BUFFER_GROUP_KEY
 
 
 # The policy filter's index (revision 0003), with the columns the inspector reads beside the policy; at

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "BUFFER_GROUP_KEY",
     "DEFAULT_TENANT",
     "EVALUATION",
     "FAILURE_DETAIL_KEY",
@@ -50,6 +51,9 @@ FAILURE_DETAIL_KEY = "failure_detail"
 # (the demos', `gym-server eval`), which `gym-server export` leaves out of training data unless asked.
 PURPOSE_KEY = "purpose"
 EVALUATION = "evaluation"
+# The `metadata` key of the rollout-buffer group an episode was played for (`store.buffer`); the producer
+# that was admitted to play the group puts it on each of the group's sessions.
+BUFFER_GROUP_KEY = "buffer_group"
 
 
 def utcnow() -> datetime:

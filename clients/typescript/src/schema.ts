@@ -1327,6 +1327,12 @@ export interface components {
              * @default false
              */
             wait?: boolean;
+            /**
+             * Buffer
+             * @description produce for the rollout buffer: `run` names an announced policy run, each task's n episodes are one group, played once the run admits it (docs/rollout-buffer.md)
+             * @default false
+             */
+            buffer?: boolean;
         };
         /**
          * RunState

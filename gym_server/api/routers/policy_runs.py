@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gym_server.api.deps import PolicyRunsDep, TenantDep
 from gym_server.core.problems import StrictJsonRoute
 from gym_server.store.buffer import Acknowledgement, Announcement, Handout, RunState
-from gym_server.store.records import NAME_MAX_CHARS, NAME_PATTERN
+from gym_server.store.records import BUFFER_GROUP_KEY, NAME_MAX_CHARS, NAME_PATTERN
 
 router = APIRouter(prefix="/v1/policy-runs", tags=["rollout buffer"], route_class=StrictJsonRoute)
 
@@ -96,7 +96,7 @@ async def admit_group(
     run: RunName, body: GroupRequest, runs: PolicyRunsDep, tenant: TenantDep
 ) -> GroupAdmitted:
     group_id, version = await runs.admit(tenant, run, size=body.size, env=body.env, task_id=body.task_id)
-    return GroupAdmitted(group_id=group_id, run=run, version=version, metadata={"buffer_group": group_id})
+    return GroupAdmitted(group_id=group_id, run=run, version=version, metadata={BUFFER_GROUP_KEY: group_id})
 
 
 @router.post(
