@@ -61,21 +61,20 @@ class PolicyRuns:
     async def pull(
         self, tenant: str | None, run: str, *, max_groups: int, min_groups: int, lease_s: float, wait_s: float
     ) -> Handout:
-        """Lease up to `max_groups` ready groups; wait up to `wait_s` for at least `min_groups` of them.
+        """Lease up to `max_groups` ready groups once at least `min_groups` are ready, waiting up to
+        `wait_s` for them; none (an empty hand-out) when they are not ready by then.
 
-        A pull that finds fewer than `min_groups` leases nothing and looks again, so a trainer waiting
-        for a whole batch never holds part of it under a lease that could expire meanwhile.
+        Fewer than `min_groups` leases nothing, so a trainer waiting for a whole batch never holds part of
+        it under a lease that could expire meanwhile.
         """
         deadline = time.monotonic() + wait_s
         pull = partial(buffer.pull, tenant=tenant or DEFAULT_TENANT, run=run, lease_s=lease_s)
         while True:
-            last = time.monotonic() >= deadline
-            handout = await self.store.transact(
-                partial(pull, max_groups=max_groups, min_groups=1 if last else min_groups)
-            )
-            if handout.groups or last:
+            handout = await self.store.transact(partial(pull, max_groups=max_groups, min_groups=min_groups))
+            left = deadline - time.monotonic()
+            if handout.groups or left <= 0:
                 return handout
-            await asyncio.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(min(self.poll_s, left))
 
     async def acknowledge(self, tenant: str | None, run: str, lease_id: str) -> Acknowledgement:
         ack = partial(buffer.acknowledge, tenant=tenant or DEFAULT_TENANT, run=run, lease_id=lease_id)

@@ -209,3 +209,12 @@ async def test_concurrent_pulls_never_share_a_group(gym: AppHarness) -> None:
     handouts = await asyncio.gather(*(pull(client, max_groups=2) for _ in range(4)))
     handed = [g["group_id"] for handout in handouts for g in handout["groups"]]
     assert sorted(handed) == sorted(groups)  # each once
+
+
+async def test_a_pull_that_waited_in_vain_leases_nothing(gym: AppHarness) -> None:
+    client = gym.client
+    await announce(client, 0)
+    await play_group(client)
+    handout = await pull(client, max_groups=2, min_groups=2, wait_s=0.3)
+    assert handout["groups"] == [] and handout["lease_id"] is None
+    assert len((await pull(client))["groups"]) == 1  # the ready group was not held
