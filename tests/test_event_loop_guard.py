@@ -215,7 +215,7 @@ async def _admit(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     assert response.status_code == 201, response.text
 
 
-async def _buffer_pull(client: httpx.AsyncClient, ctx: dict[str, Any]) -> httpx.Response:
+async def _pulled(client: httpx.AsyncClient, ctx: dict[str, Any]) -> httpx.Response:
     """Two ready groups, each one episode of an 8 MiB transcript, pulled at once."""
     store = ctx["app"].state.store
     for n in range(2):
@@ -231,6 +231,7 @@ async def _buffer_pull(client: httpx.AsyncClient, ctx: dict[str, Any]) -> httpx.
                 reward=1.0,
                 messages=fenced_transcript(),
                 metadata=admitted.json()["metadata"],
+                buffer_group=admitted.json()["group_id"],
             )
         )
         await store.committed(f"{BIG}-buffer-{n}")
@@ -239,8 +240,12 @@ async def _buffer_pull(client: httpx.AsyncClient, ctx: dict[str, Any]) -> httpx.
     return response
 
 
+async def _buffer_pull(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    await _pulled(client, ctx)
+
+
 async def _buffer_ack(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
-    lease = (await _buffer_pull(client, ctx)).json()["lease_id"]
+    lease = (await _pulled(client, ctx)).json()["lease_id"]
     assert (
         await client.post(f"/v1/policy-runs/{BUFFER_RUN}/acks", json={"lease_id": lease})
     ).status_code == 200

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gym_server.sessions.live import LiveSession
-from gym_server.store.records import TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.records import BUFFER_GROUP_KEY, TrajectoryRecord, TrajectoryStatus, utcnow
 from gym_server.store.versions import version_range
 
 __all__ = ["trajectory_record"]
@@ -52,6 +52,7 @@ def trajectory_record(
         num_turns=env.turns,
         version_min=version_min,
         version_max=version_max,
+        buffer_group=session.metadata.get(BUFFER_GROUP_KEY),  # a string: `storable.check_episode`
         server_name=server_name,
         tenant=session.tenant,
         parent_id=session.parent_id,

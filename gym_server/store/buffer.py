@@ -36,13 +36,12 @@ from gym_server.core.errors import (
 )
 from gym_server.store.models import (
     BufferGroup,
-    BufferGroupKey,
     BufferLease,
     PolicyRun,
     PolicyVersion,
     trajectories_table,
 )
-from gym_server.store.records import BUFFER_GROUP_KEY, TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.records import TrajectoryRecord, TrajectoryStatus, utcnow
 from gym_server.store.repository import row_to_record
 
 __all__ = [
@@ -58,10 +57,6 @@ __all__ = [
     "pull",
     "run_state",
 ]
-
-# How much earlier than its group an episode may say it was created (replicas' clocks differ a little):
-# finished episodes are looked for from the oldest open group's creation minus this.
-_CLOCK_SLACK = timedelta(minutes=5)
 
 
 class GroupState(StrEnum):
@@ -164,6 +159,7 @@ def announce(session: Session, tenant: str, run: str, said: Announcement) -> Run
             insert(PolicyVersion).values(tenant=tenant, run=run, version=said.version, announced_at=now)
         )
     row = _run_row(session, tenant, run)
+    _complete_groups(session, row)
     _mark_stale(session, row, now)
     return _state(session, row)
 
@@ -191,6 +187,7 @@ def admit_group(
     """
     now = utcnow()
     row = _lock_run(session, tenant, run)
+    _complete_groups(session, row)
     _mark_stale(session, row, now)
     limit = _admit_limit(row)
     if limit is not None:
@@ -230,7 +227,7 @@ def pull(
     """
     now = utcnow()
     row = _lock_run(session, tenant, run)
-    _complete_groups(session, row, now)
+    _complete_groups(session, row)
     _mark_stale(session, row, now)
     groups = BufferGroup.__table__.c
     handable = or_(
@@ -429,7 +426,7 @@ def _mark_stale(session: Session, row: Row[Any], now: datetime) -> None:
     )
 
 
-def _complete_groups(session: Session, row: Row[Any], now: datetime) -> None:
+def _complete_groups(session: Session, row: Row[Any]) -> None:
     """Find which open groups of the run have `size` finished episodes: make them ready, with the
     versions of their episodes (a group's oldest call decides its staleness)."""
     groups = BufferGroup.__table__.c
@@ -440,20 +437,19 @@ def _complete_groups(session: Session, row: Row[Any], now: datetime) -> None:
     ).all()
     if not open_groups:
         return
-    since = min(group.created_at for group in open_groups) - _CLOCK_SLACK
     sizes = {group.id: group.size for group in open_groups}
     columns = trajectories_table.c
-    key = BufferGroupKey(columns["metadata"])
     finished = session.execute(
-        select(key, func.count(), func.min(columns.version_min), func.max(columns.version_max))
+        select(
+            columns.buffer_group, func.count(), func.min(columns.version_min), func.max(columns.version_max)
+        )
         .where(
+            columns.buffer_group.in_(list(sizes)),
             columns.run == row.run,
             columns.tenant == row.tenant,
-            columns.created_at >= since,
             columns.status != TrajectoryStatus.LIVE.value,
-            key.in_(list(sizes)),
         )
-        .group_by(key)
+        .group_by(columns.buffer_group)
     ).all()
     for group_id, count, version_min, version_max in finished:
         if count >= sizes[group_id]:
@@ -469,24 +465,21 @@ def _handed(session: Session, tenant: str, run: str, chosen: Sequence[str]) -> l
     rows = session.execute(
         select(BufferGroup.__table__).where(groups.id.in_(chosen)).order_by(groups.created_at)
     ).all()
-    since = min(group.created_at for group in rows) - _CLOCK_SLACK
     columns = trajectories_table.c
-    key = BufferGroupKey(columns["metadata"])
     episodes: dict[str, list[TrajectoryRecord]] = {group.id: [] for group in rows}
     statement = (
         select(trajectories_table)
         .where(
+            columns.buffer_group.in_(list(chosen)),
             columns.run == run,
             columns.tenant == tenant,
-            columns.created_at >= since,
             columns.status != TrajectoryStatus.LIVE.value,
-            key.in_(list(chosen)),
         )
         .order_by(columns.created_at, columns.id)
     )
     for trajectory in session.execute(statement):
         record = row_to_record(trajectory)
-        episodes[record.metadata[BUFFER_GROUP_KEY]].append(record)
+        episodes[str(record.buffer_group)].append(record)
     return [
         HandedGroup(
             group_id=group.id,

@@ -30,6 +30,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -37,13 +38,12 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeEngine
 
-from gym_server.store.records import BUFFER_GROUP_KEY, DEFAULT_TENANT, NAME_MAX_CHARS
+from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
 
 __all__ = [
     "ApiKey",
     "Base",
     "BufferGroup",
-    "BufferGroupKey",
     "BufferLease",
     "MetadataPurpose",
     "PolicyModel",
@@ -124,6 +124,13 @@ class Trajectory(Base):
             )
             for name in ("env_version", "verifier_version")
         ),
+        # Only the rollout buffer's episodes have an entry (revision 0007): no cost to any other row.
+        Index(
+            "ix_trajectories_buffer_group",
+            "buffer_group",
+            sqlite_where=text("buffer_group IS NOT NULL"),
+            postgresql_where=text("buffer_group IS NOT NULL"),
+        ),
     )
 
     id: Mapped[trajectory_id] = mapped_column(primary_key=True)
@@ -151,6 +158,8 @@ class Trajectory(Base):
     # the policy versions of its calls (`store.versions`); the rollout buffer reads them (revision 0007)
     version_min: Mapped[int | None] = mapped_column(BigInteger)
     version_max: Mapped[int | None] = mapped_column(BigInteger)
+    # `metadata.buffer_group` as a column: a pull finds a group's episodes by its partial index (below)
+    buffer_group: Mapped[name | None]
     server_name: Mapped[name | None] = mapped_column(index=True)
     tenant: Mapped[str] = mapped_column(String(64), index=True, server_default=DEFAULT_TENANT)
     # Lineage of a fork (revision 0006): the episode it was forked from and the turn; indexed to list an
@@ -268,7 +277,8 @@ class PolicyVersion(Base):
 
 class BufferGroup(Base):
     """One group of episodes (a GRPO group: one task, `size` episodes) a producer was admitted to play
-    for a policy run; its episodes carry its id in `metadata.buffer_group` (`BufferGroupKey`)."""
+    for a policy run; its episodes carry its id in `metadata.buffer_group` (the trajectories' column
+    `buffer_group`)."""
 
     __tablename__ = "buffer_groups"
     __table_args__ = (Index("ix_buffer_groups_run_state", "tenant", "run", "state", "created_at"),)
@@ -350,15 +360,6 @@ class MetadataPurpose(_JsonText):
     inherit_cache = True
     name = "metadata_purpose"
     json_key = "purpose"
-
-
-class BufferGroupKey(_JsonText):
-    """The rollout-buffer group of a trajectory (`metadata.buffer_group`), set by the producer that was
-    admitted to play it (`store.buffer`)."""
-
-    inherit_cache = True
-    name = "buffer_group"
-    json_key = BUFFER_GROUP_KEY
 
 
 # The policy filter's index (revision 0003), with the columns the inspector reads beside the policy; at

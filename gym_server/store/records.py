@@ -126,6 +126,9 @@ class TrajectoryRecord(BaseModel):
         None, description="the oldest policy version that sampled a call of the episode (store/versions.py)"
     )
     version_max: int | None = Field(None, description="the newest policy version that sampled a call of it")
+    buffer_group: str | None = Field(
+        None, description="the rollout-buffer group it was played for: its `metadata.buffer_group`"
+    )
     server_name: str | None = None
     tenant: str = Field(DEFAULT_TENANT, description="the tenant of the API key that created it")
     parent_id: str | None = Field(None, description="the episode this one was forked from (docs/fork.md)")

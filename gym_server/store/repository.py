@@ -202,6 +202,7 @@ _IDENTITY = (
     "parent_id",
     "parent_turn",
     "created_at",
+    "buffer_group",
 )
 
 

@@ -218,3 +218,12 @@ async def test_a_pull_that_waited_in_vain_leases_nothing(gym: AppHarness) -> Non
     handout = await pull(client, max_groups=2, min_groups=2, wait_s=0.3)
     assert handout["groups"] == [] and handout["lease_id"] is None
     assert len((await pull(client))["groups"]) == 1  # the ready group was not held
+
+
+async def test_a_group_id_that_is_not_a_name_is_refused_at_create(gym: AppHarness) -> None:
+    for group in (7, "x" * 256, "a\x01b"):
+        response = await gym.client.post(
+            "/v1/sessions",
+            json={"env": "counter", "task_id": "counter-0000", "metadata": {"buffer_group": group}},
+        )
+        assert_problem(response, 422, "buffer_group")

@@ -56,6 +56,8 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
             ("env", "created_at", "id", "run", "reward", "failure", "tenant"),
             ("env_version", "run", "created_at", "task_id", "reward", "failure", "tenant"),
             ("verifier_version", "run", "created_at", "task_id", "reward", "failure", "tenant"),
+            # the rollout buffer's episodes, a partial index (revision 0007)
+            ("buffer_group",),
         }
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})

@@ -1,4 +1,4 @@
-"""Policy versions on trajectories (`store.versions`, revision 0006): what counts as a version, an
+"""Policy versions on trajectories (`store.versions`, revision 0007): what counts as a version, an
 episode's oldest and newest, and a migration that keeps revision 0004's triggers."""
 
 from __future__ import annotations

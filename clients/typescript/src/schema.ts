@@ -1739,6 +1739,11 @@ export interface components {
              * @description the newest policy version that sampled a call of it
              */
             version_max?: number | null;
+            /**
+             * Buffer Group
+             * @description the rollout-buffer group it was played for: its `metadata.buffer_group`
+             */
+            buffer_group?: string | null;
             /** Server Name */
             server_name?: string | null;
             /**

@@ -1,7 +1,9 @@
 """Policy versions as facts of the store, and the rollout buffer's state (docs/rollout-buffer.md).
 
 `trajectories` gains `version_min` and `version_max`: the oldest and newest policy version that sampled
-a call of the episode, so a pull can tell how stale a group is without reading transcripts. The new
+a call of the episode, so a pull can tell how stale a group is without reading transcripts; and
+`buffer_group` (its `metadata.buffer_group`) with a partial index, so a pull finds a group's episodes
+without reading other rows, and other rows cost nothing more to write. The new
 tables: `policy_runs` (a trainer's run, the version it announced last and its staleness bound),
 `policy_versions` (when each version was announced), `buffer_groups` (a group a producer was admitted to
 play, and where it is: open, ready, leased, consumed, stale) and `buffer_leases` (one pull's hand-out,
@@ -28,12 +30,21 @@ depends_on: str | Sequence[str] | None = None
 
 _NAME = sa.String(255)
 _VERSION_COLUMNS = ("version_min", "version_max")
+_MEMBERS = "buffer_group IS NOT NULL"  # the partial index holds the rollout buffer's episodes only
 
 
 def upgrade() -> None:
     # plain ALTER TABLE, also on SQLite: a batch would copy the table and lose revision 0004's triggers
     for column in _VERSION_COLUMNS:
         op.add_column("trajectories", sa.Column(column, sa.BigInteger(), nullable=True))
+    op.add_column("trajectories", sa.Column("buffer_group", _NAME, nullable=True))
+    op.create_index(
+        "ix_trajectories_buffer_group",
+        "trajectories",
+        ["buffer_group"],
+        sqlite_where=sa.text(_MEMBERS),
+        postgresql_where=sa.text(_MEMBERS),
+    )
     op.create_table(
         "policy_runs",
         sa.Column("tenant", sa.String(64), primary_key=True),
@@ -92,5 +103,7 @@ def downgrade() -> None:
     op.drop_table("buffer_groups")
     op.drop_table("policy_versions")
     op.drop_table("policy_runs")
+    op.drop_index("ix_trajectories_buffer_group", table_name="trajectories")
+    op.drop_column("trajectories", "buffer_group")
     for column in reversed(_VERSION_COLUMNS):
         op.drop_column("trajectories", column)
