@@ -16,7 +16,7 @@ import asyncio
 import time
 from functools import partial
 
-from gym_server.core.errors import PolicyRunNotFound, StoreUnavailable
+from gym_server.core.errors import BufferFull, PolicyRunNotFound, StoreUnavailable
 from gym_server.store import buffer
 from gym_server.store.buffer import Acknowledgement, Announcement, Handout, RunState
 from gym_server.store.records import DEFAULT_TENANT
@@ -53,10 +53,31 @@ class PolicyRuns:
         return await self.store.read(partial(buffer.run_state, tenant=tenant or DEFAULT_TENANT, run=run))
 
     async def admit(
-        self, tenant: str | None, run: str, *, size: int, env: str | None, task_id: str | None
+        self,
+        tenant: str | None,
+        run: str,
+        *,
+        size: int,
+        env: str | None,
+        task_id: str | None,
+        wait_s: float = 0.0,
     ) -> tuple[str, int]:
+        """Admit one group; while the buffer is full, look again every `poll_s` for up to `wait_s`
+        (a producer waiting here starts the moment the trainer's announcement makes room).
+
+        Raises:
+            BufferFull: still full after `wait_s`.
+        """
+        deadline = time.monotonic() + wait_s
         admit = partial(buffer.admit_group, tenant=tenant or DEFAULT_TENANT, run=run)
-        return await self.store.transact(partial(admit, size=size, env=env, task_id=task_id))
+        while True:
+            try:
+                return await self.store.transact(partial(admit, size=size, env=env, task_id=task_id))
+            except BufferFull:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                await asyncio.sleep(min(self.poll_s, left))
 
     async def pull(
         self, tenant: str | None, run: str, *, max_groups: int, min_groups: int, lease_s: float, wait_s: float

@@ -227,3 +227,19 @@ async def test_a_group_id_that_is_not_a_name_is_refused_at_create(gym: AppHarnes
             json={"env": "counter", "task_id": "counter-0000", "metadata": {"buffer_group": group}},
         )
         assert_problem(response, 422, "buffer_group")
+
+
+async def test_an_admission_waits_for_the_step_that_makes_room(gym: AppHarness) -> None:
+    client = gym.client
+    await announce(client, 0, max_staleness=1, groups_per_step=1)  # two groups at version 0
+    assert [(await admit(client)).status_code for _ in range(2)] == [201, 201]
+    waiting = asyncio.create_task(
+        client.post(f"/v1/policy-runs/{RUN}/groups", json={"size": 2, "wait_s": 10})
+    )
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # full: held, not refused
+    await announce(client, 1)
+    admitted = await waiting
+    assert admitted.status_code == 201 and admitted.json()["version"] == 1
+    timed_out = await client.post(f"/v1/policy-runs/{RUN}/groups", json={"size": 2, "wait_s": 0.2})
+    assert_problem(timed_out, 429, "retry")

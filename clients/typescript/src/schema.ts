@@ -1090,6 +1090,12 @@ export interface components {
             env?: string | null;
             /** Task Id */
             task_id?: string | null;
+            /**
+             * Wait S
+             * @description while the buffer is full, wait up to this for room
+             * @default 0
+             */
+            wait_s?: number;
         };
         /** HTTPValidationError */
         HTTPValidationError: {

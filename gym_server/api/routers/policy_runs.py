@@ -32,6 +32,7 @@ class GroupRequest(BaseModel):
     size: int = Field(ge=1, le=1024, description="episodes in the group (GRPO's num_generations)")
     env: str | None = Field(None, max_length=NAME_MAX_CHARS, pattern=NAME_PATTERN)
     task_id: str | None = Field(None, max_length=NAME_MAX_CHARS, pattern=NAME_PATTERN)
+    wait_s: float = Field(0.0, ge=0, le=60, description="while the buffer is full, wait up to this for room")
 
 
 class GroupAdmitted(BaseModel):
@@ -95,7 +96,9 @@ async def get_run(run: RunName, runs: PolicyRunsDep, tenant: TenantDep) -> RunSt
 async def admit_group(
     run: RunName, body: GroupRequest, runs: PolicyRunsDep, tenant: TenantDep
 ) -> GroupAdmitted:
-    group_id, version = await runs.admit(tenant, run, size=body.size, env=body.env, task_id=body.task_id)
+    group_id, version = await runs.admit(
+        tenant, run, size=body.size, env=body.env, task_id=body.task_id, wait_s=body.wait_s
+    )
     return GroupAdmitted(group_id=group_id, run=run, version=version, metadata={BUFFER_GROUP_KEY: group_id})
 
 
