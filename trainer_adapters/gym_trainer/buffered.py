@@ -1,10 +1,12 @@
 """`BufferedRollouts`: asynchronous rollouts for any trainer, through the gym's rollout buffer.
 
-A trainer step calls `step(version, groups)`: it announces the policy version it trains from, hands the
-producer the step's groups (lists of `EpisodeSpec`, one task each), and gets back `groups_per_step`
-complete groups that the gym hands out within the staleness bound. Meanwhile a producer task plays
-groups without pause, each admitted by the gym first, so it is at most `max_staleness` steps ahead
-(docs/rollout-buffer.md: the admission rule). Generation of step s+1 thus runs while step s trains.
+A trainer step calls `step(version, specs, groups)`: it announces the policy version it trains from,
+hands the producer the step's groups (the specs of each group index: one task each), and gets back as
+many complete groups (their results flattened, group after group) as the step has, handed out by the
+gym within the staleness bound; the first step's number of groups is the run's `groups_per_step`.
+Meanwhile a producer task plays groups without pause, each admitted by the gym first, so it is at most
+`max_staleness` steps ahead (docs/rollout-buffer.md: the admission rule). Generation of step s+1 thus
+runs while step s trains.
 
 What a producer plays: the groups of each step in order; when it has played them all and the gym still
 admits more (it is ahead of the trainer), the latest step's groups again, with new sampling seeds, so
@@ -50,9 +52,8 @@ class BufferedRollouts(Generic[T]):
         gym: the gym's client (its event loop runs the producer).
         run: the policy run (the trajectories' `run`).
         max_staleness: k >= 1; no group more than k versions behind the trainer is handed out.
-        groups_per_step: groups one trainer step consumes.
         play: plays one admitted group; called with its id and specs, returns one result per spec.
-        groups_at_once: groups played concurrently.
+        concurrency: episodes played at once (whole groups: at least one group).
         policy: the policy's model name, announced with the run.
         poll_s: how long the producer waits before asking again when the gym stayed full.
     """
@@ -63,20 +64,18 @@ class BufferedRollouts(Generic[T]):
         run: str,
         *,
         max_staleness: int,
-        groups_per_step: int,
         play: Callable[[str, Sequence[EpisodeSpec]], Awaitable[list[T]]],
-        groups_at_once: int = 1,
+        concurrency: int = 1,
         policy: str | None = None,
         poll_s: float = 0.25,
     ) -> None:
-        if max_staleness < 1 or groups_per_step < 1 or groups_at_once < 1:
-            raise ValueError("max_staleness, groups_per_step and groups_at_once must be at least 1")
+        if max_staleness < 1:
+            raise ValueError(
+                f"max_staleness is at least 1 here (0 is the synchronous loop); got {max_staleness}"
+            )
         self.gym, self.run, self.play = gym, run, play
-        self.max_staleness, self.groups_per_step, self.groups_at_once = (
-            max_staleness,
-            groups_per_step,
-            groups_at_once,
-        )
+        self.max_staleness, self.concurrency = max_staleness, concurrency
+        self.groups_per_step = self.groups_at_once = 0  # set by the first step
         self.policy, self.poll_s = policy, poll_s
         self._queue: collections.deque[Sequence[EpisodeSpec]] = collections.deque()
         self._latest: list[Sequence[EpisodeSpec]] = []
@@ -92,11 +91,19 @@ class BufferedRollouts(Generic[T]):
             f"groups_per_step={self.groups_per_step}, kept={len(self._results)})"
         )
 
-    async def step(self, version: int, groups: Sequence[Sequence[EpisodeSpec]]) -> list[list[T]]:
-        """Announce `version`, queue `groups` for the producer, and return `groups_per_step` groups'
-        results (waiting for them), acknowledged to the gym."""
+    async def step(self, version: int, specs: Sequence[EpisodeSpec], groups: Sequence[int]) -> list[T]:
+        """Announce `version`, queue the step's groups (`groups[i]`: the group index of `specs[i]`) for
+        the producer, and return as many groups' results (waiting for them), acknowledged to the gym."""
+        grouped: list[list[EpisodeSpec]] = [[] for _ in range(max(groups) + 1)]
+        for spec, group in zip(specs, groups, strict=True):
+            grouped[group].append(spec)
+        return [result for group in await self._step(version, grouped) for result in group]
+
+    async def _step(self, version: int, groups: list[list[EpisodeSpec]]) -> list[list[T]]:
         shape = {}
         if self._producer is None:
+            self.groups_per_step = len(groups)
+            self.groups_at_once = max(1, self.concurrency // max(len(group) for group in groups))
             shape = {"max_staleness": self.max_staleness, "groups_per_step": self.groups_per_step}
         await self.gym.announce_version(self.run, version, policy=self.policy, **shape)
         self._latest = list(groups)

@@ -247,9 +247,6 @@ class GymRolloutFunc:
         """The asynchronous step: this step's groups go to the producer, and as many complete groups
         (of this step's prompts or earlier ones) come back, flattened in group order."""
         self._config = config  # the groups played from now on sample with this step's settings
-        grouped: list[list[EpisodeSpec]] = [[] for _ in range(groups[-1] + 1)]
-        for spec, group in zip(specs, groups, strict=True):
-            grouped[group].append(spec)
         if self._buffered is None:
             if isinstance(self.sampler, LocalSampler):
                 raise ValueError(
@@ -257,15 +254,11 @@ class GymRolloutFunc:
                     "server (sampler=CompletionsSampler(...)), not the trainer's own model"
                 )
             assert self.run is not None  # made up in __post_init__
+            play, concurrency = self._play_group, self.concurrency
             self._buffered = BufferedRollouts(
-                gym,
-                self.run,
-                max_staleness=self.max_staleness,
-                groups_per_step=len(grouped),
-                play=self._play_group,
-                groups_at_once=max(1, self.concurrency // max(len(g) for g in grouped)),
+                gym, self.run, max_staleness=self.max_staleness, play=play, concurrency=concurrency
             )
-        return [rollout for group in await self._buffered.step(step, grouped) for rollout in group]
+        return await self._buffered.step(step, specs, groups)
 
     async def _play_group(self, group_id: str, specs: Sequence[EpisodeSpec]) -> list[Rollout]:
         assert self._gym is not None and self.sampler is not None and self._renderer is not None
