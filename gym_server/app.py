@@ -20,7 +20,16 @@ from gym_server import __version__
 from gym_server.api.body_guard import BodyGuard
 from gym_server.api.front import serve_through_front
 from gym_server.api.host_guard import HostGuard, HostPolicy
-from gym_server.api.routers import environments, gateway, health, rollout_runs, rollouts, sessions, verify
+from gym_server.api.routers import (
+    environments,
+    gateway,
+    health,
+    policy_runs,
+    rollout_runs,
+    rollouts,
+    sessions,
+    verify,
+)
 from gym_server.api.url_guard import UrlGuard
 from gym_server.auth import ui_login
 from gym_server.auth.keytable import KeyTable
@@ -42,6 +51,7 @@ from gym_server.protocols.openenv import OpenEnvFastPath
 from gym_server.sandbox import runtime as sandbox_runtime
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
+from gym_server.sessions.policy_runs import PolicyRuns
 from gym_server.sessions.reaper import Reaper
 from gym_server.sessions.rollout_runs import RolloutRunBoard
 from gym_server.store.writer import TrajectoryStore
@@ -109,7 +119,8 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
                 settings.rollout_runs, settings.sessions.retry_after_s, settings.sessions.max_sessions
             )
             app.state.store, app.state.manager, app.state.rollout_runs = store, manager, runs
-            app.state.gateways = Gateways(manager, settings)
+            app.state.policy_runs = PolicyRuns(store)
+            app.state.gateways = Gateways(manager, settings, app.state.policy_runs)
             stack.push_async_callback(app.state.gateways.aclose)
             reaper.start()
             _build_routes(app.routes)
@@ -147,7 +158,17 @@ def create_app(settings: Settings | None = None, registry: Registry | None = Non
     # (MCP's GET event stream included); OpenEnv's first, as its `.../openenv/mcp` also ends in `/mcp`.
     openenv_facade.mount(app)
     mcp_facade.mount(app)  # /v1/environments/{env:path}/mcp, with the [mcp] extra only
-    for module in (environments, sessions, gateway, verify, rollout_runs, rollouts, health, ui_login):
+    for module in (
+        environments,
+        sessions,
+        gateway,
+        verify,
+        rollout_runs,
+        rollouts,
+        policy_runs,
+        health,
+        ui_login,
+    ):
         app.include_router(module.router)
     mount_inspector(app)  # the rollout inspector's pages at /ui and its assets at /ui/static
     # In front of FastAPI's own layers, which cost more than a fast path's step; in this order.

@@ -214,6 +214,57 @@ async def _reverify(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     await client.post(f"/v1/rollouts/{BIG}/reverify")
 
 
+BUFFER_RUN = "loop-guard-buffer"
+
+
+async def _announce(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    body = {"version": 1, "policy": "p" * 255, "max_staleness": 1}
+    assert (await client.post(f"/v1/policy-runs/{BUFFER_RUN}/versions", json=body)).status_code == 200
+
+
+async def _admit(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    response = await client.post(
+        f"/v1/policy-runs/{BUFFER_RUN}/groups", json={"size": 1024, "env": "counter"}
+    )
+    assert response.status_code == 201, response.text
+
+
+async def _pulled(client: httpx.AsyncClient, ctx: dict[str, Any]) -> httpx.Response:
+    """Two ready groups, each one episode of an 8 MiB transcript, pulled at once."""
+    store = ctx["app"].state.store
+    for n in range(2):
+        admitted = await client.post(f"/v1/policy-runs/{BUFFER_RUN}/groups", json={"size": 1})
+        store.record(
+            TrajectoryRecord(
+                id=f"{BIG}-buffer-{n}",
+                run=BUFFER_RUN,
+                env=RG,
+                env_version="v",
+                task_id="advanced_geometry-l0-train-00001",
+                status=TrajectoryStatus.COMPLETED,
+                reward=1.0,
+                messages=fenced_transcript(),
+                metadata=admitted.json()["metadata"],
+                buffer_group=admitted.json()["group_id"],
+            )
+        )
+        await store.committed(f"{BIG}-buffer-{n}")
+    response = await client.post(f"/v1/policy-runs/{BUFFER_RUN}/pull", json={"max_groups": 1024})
+    assert len(response.json()["groups"]) == 2
+    return response
+
+
+async def _buffer_pull(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    await _pulled(client, ctx)
+
+
+async def _buffer_ack(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
+    lease = (await _pulled(client, ctx)).json()["lease_id"]
+    assert (
+        await client.post(f"/v1/policy-runs/{BUFFER_RUN}/acks", json={"lease_id": lease})
+    ).status_code == 200
+
+
 async def _openenv_reset(client: httpx.AsyncClient, ctx: dict[str, Any]) -> None:
     response = await client.post(
         f"/v1/environments/{RG}/openenv/reset", json={"task_id": "advanced_geometry-l0-validation-00050"}
@@ -456,6 +507,12 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/v1/rollouts"): _gets("/v1/rollouts", limit=500),
     ("GET", "/v1/rollouts/{rollout_id}"): _gets(f"/v1/rollouts/{BIG}"),
     ("POST", "/v1/rollouts/{rollout_id}/reverify"): _reverify,
+    # The rollout buffer (docs/rollout-buffer.md): a pull hands out whole 8 MiB transcripts.
+    ("POST", "/v1/policy-runs/{run}/versions"): _announce,
+    ("GET", "/v1/policy-runs/{run}"): _gets(f"/v1/policy-runs/{BUFFER_RUN}"),
+    ("POST", "/v1/policy-runs/{run}/groups"): _admit,
+    ("POST", "/v1/policy-runs/{run}/pull"): _buffer_pull,
+    ("POST", "/v1/policy-runs/{run}/acks"): _buffer_ack,
     ("GET", "/healthz"): _gets("/healthz"),
     ("GET", "/readyz"): _gets("/readyz"),
     ("GET", "/metrics"): _gets("/metrics"),

@@ -12,10 +12,19 @@ from fastapi import Depends, Request
 from gym_server.core.settings import Settings
 from gym_server.sdk.registry import Registry
 from gym_server.sessions.manager import SessionManager
+from gym_server.sessions.policy_runs import PolicyRuns
 from gym_server.sessions.rollout_runs import RolloutRunBoard
 from gym_server.store.writer import TrajectoryStore
 
-__all__ = ["ManagerDep", "RegistryDep", "RunBoardDep", "SettingsDep", "StoreDep", "TenantDep"]
+__all__ = [
+    "ManagerDep",
+    "PolicyRunsDep",
+    "RegistryDep",
+    "RunBoardDep",
+    "SettingsDep",
+    "StoreDep",
+    "TenantDep",
+]
 
 
 # `async def` on purpose: FastAPI runs plain-def dependencies in a worker thread, a hop per request.
@@ -39,6 +48,10 @@ async def get_run_board(request: Request) -> RolloutRunBoard:
     return cast(RolloutRunBoard, request.app.state.rollout_runs)
 
 
+async def get_policy_runs(request: Request) -> PolicyRuns:
+    return cast(PolicyRuns, request.app.state.policy_runs)
+
+
 async def get_tenant(request: Request) -> str | None:
     """The tenant whose objects this request may see; None with authentication off (all of them)."""
     principal = getattr(request.state, "principal", None)  # set by gym_server.auth.middleware
@@ -50,4 +63,5 @@ RegistryDep = Annotated[Registry, Depends(get_registry)]
 ManagerDep = Annotated[SessionManager, Depends(get_manager)]
 StoreDep = Annotated[TrajectoryStore, Depends(get_store)]
 RunBoardDep = Annotated[RolloutRunBoard, Depends(get_run_board)]
+PolicyRunsDep = Annotated[PolicyRuns, Depends(get_policy_runs)]
 TenantDep = Annotated[str | None, Depends(get_tenant)]

@@ -3,8 +3,10 @@
 Public: liveness and readiness probes, the offline API docs, the /ui login page and the UI's static
 assets. Everything else needs a valid key; the scope by area:
 - `episodes`: sessions (native and their fast path), `/v1/verify`, starting a server-driven run
-  (`POST /v1/rollouts`), and the protocol facades under `/v1/environments/{env}/{mcp,openenv,nemo-gym}`;
-- `read`: stored rollouts and run boards (`GET /v1/rollouts...`), `/metrics`, `/ui`;
+  (`POST /v1/rollouts`), the protocol facades under `/v1/environments/{env}/{mcp,openenv,nemo-gym}`,
+  and the rollout buffer's changes (`POST /v1/policy-runs/...`: announce, admit, pull, acknowledge);
+- `read`: stored rollouts and run boards (`GET /v1/rollouts...`), policy runs (`GET /v1/policy-runs/...`),
+  `/metrics`, `/ui`;
 - `admin`: re-scoring (`POST /v1/rollouts/{id}/reverify`) and any deletion of stored rollouts;
 - any scope: the environment catalog (`/v1/environments`, tasks), which every client needs to start, and
   its curriculum (`/v1/environments/{env}/curriculum`), which reads the caller's own tenant's pass rates.
@@ -63,6 +65,8 @@ def required_scope(method: str, path: str) -> Scope | Requirement:
         return Scope.EPISODES
     if path.startswith("/v1/environments"):
         return ANY_SCOPE
+    if path.startswith("/v1/policy-runs"):
+        return Scope.READ if method == "GET" else Scope.EPISODES
     if path.startswith("/v1/rollouts"):
         if method == "DELETE" or _REVERIFY.fullmatch(path):
             return Scope.ADMIN

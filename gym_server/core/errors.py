@@ -10,8 +10,13 @@ client ever sees a traceback. The tree::
     │   ├── TaskNotFound
     │   ├── SplitNotFound
     │   ├── SessionNotFound
-    │   └── RolloutNotFound
+    │   ├── RolloutNotFound
+    │   ├── PolicyRunNotFound
+    │   └── LeaseNotFound
     ├── SessionFinished (409)
+    ├── BufferConflict (409)
+    │   ├── VersionBackwards
+    │   └── LeaseExpired
     ├── SessionExpired (410)
     │   └── SessionLost (its replica died; the Ray entry point answers it)
     ├── PayloadTooLarge (413)
@@ -19,7 +24,8 @@ client ever sees a traceback. The tree::
     ├── InvalidRequest (422)
     │   └── EndpointNotAllowed
     ├── AtCapacity (429, Retry-After)
-    │   └── SandboxesBusy
+    │   ├── SandboxesBusy
+    │   └── BufferFull (the rollout buffer is as far ahead of the trainer as its bound allows)
     ├── TooManyConnections (503, Retry-After, the connection closed)
     ├── BackendUnavailable (503)
     │   ├── StoreUnavailable
@@ -37,13 +43,18 @@ from typing import Any, ClassVar
 __all__ = [
     "AtCapacity",
     "BackendUnavailable",
+    "BufferConflict",
+    "BufferFull",
     "EndpointNotAllowed",
     "EnvironmentDefinitionError",
     "EnvironmentNotFound",
     "GymError",
     "InvalidRequest",
+    "LeaseExpired",
+    "LeaseNotFound",
     "NotFoundError",
     "PayloadTooLarge",
+    "PolicyRunNotFound",
     "ReplicaUnavailable",
     "RolloutNotFound",
     "SandboxUnavailable",
@@ -58,6 +69,7 @@ __all__ = [
     "TaskNotFound",
     "TooManyConnections",
     "UnsupportedMediaType",
+    "VersionBackwards",
 ]
 
 
@@ -143,6 +155,70 @@ class RolloutNotFound(NotFoundError):
 
     def __init__(self, rollout_id: str) -> None:
         super().__init__(f"no stored rollout {rollout_id!r}", rollout_id=rollout_id)
+
+
+class PolicyRunNotFound(NotFoundError):
+    """No trainer announced a version for this policy run (`POST /v1/policy-runs/{run}/versions`)."""
+
+    slug = "policy-run-not-found"
+    title = "Unknown policy run"
+
+    def __init__(self, run: str) -> None:
+        super().__init__(
+            f"no policy run {run!r}: announce its version first (POST /v1/policy-runs/{{run}}/versions)",
+            run=run,
+        )
+
+
+class LeaseNotFound(NotFoundError):
+    """The policy run never handed out a lease with this id."""
+
+    slug = "lease-not-found"
+    title = "Unknown lease"
+
+    def __init__(self, run: str, lease_id: str) -> None:
+        super().__init__(f"policy run {run!r} handed out no lease {lease_id!r}", run=run, lease_id=lease_id)
+
+
+class BufferConflict(GymError):
+    """A rollout-buffer request contradicts what the run already holds."""
+
+    status = 409
+    slug = "buffer-conflict"
+    title = "Rollout buffer conflict"
+
+
+class VersionBackwards(BufferConflict):
+    """An announced policy version is lower than the run's: versions only grow (a restarted trainer
+    resumes from its checkpoint's step, or starts a new run)."""
+
+    slug = "version-backwards"
+    title = "Policy version went backwards"
+
+    def __init__(self, run: str, version: int, current: int) -> None:
+        super().__init__(
+            f"policy run {run!r} is at version {current}; {version} would go backwards "
+            "(announce a version >= the current one, or use a new run)",
+            run=run,
+            version=version,
+            current=current,
+        )
+
+
+class LeaseExpired(BufferConflict):
+    """A lease expired unacknowledged and holds none of its groups any more: another pull took them, or
+    the staleness bound marked them; nothing was consumed."""
+
+    slug = "lease-expired"
+    title = "Lease expired"
+
+    def __init__(self, run: str, lease_id: str) -> None:
+        super().__init__(
+            f"lease {lease_id!r} of policy run {run!r} expired and its groups were handed out again or "
+            "marked stale; pull again (a longer lease_s keeps a batch through a slow step)",
+            run=run,
+            lease_id=lease_id,
+        )
 
 
 class SessionFinished(GymError):
@@ -265,6 +341,24 @@ class SandboxesBusy(AtCapacity):
     def __init__(self, detail: str, retry_after_s: int, **extra: Any) -> None:
         GymError.__init__(self, detail, **extra)  # the detail names which limit, unlike AtCapacity's
         self.retry_after_s = retry_after_s
+
+
+class BufferFull(AtCapacity):
+    """A producer asked to play one more group, but the run holds as many as its staleness bound allows
+    at the current version; retry once the trainer announced the next one (a throttle, not a failure)."""
+
+    slug = "buffer-full"
+    title = "Rollout buffer full"
+
+    def __init__(self, run: str, version: int, limit: int) -> None:
+        GymError.__init__(
+            self,
+            f"policy run {run!r} holds its {limit} groups allowed at version {version}; retry in 1 s",
+            run=run,
+            version=version,
+            limit=limit,
+        )
+        self.retry_after_s = 1
 
 
 class TooManyConnections(GymError):

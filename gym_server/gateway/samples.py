@@ -6,6 +6,13 @@ chat template's glue), the whole episode is one sequence: the model's tokens get
 logprobs, everything in between mask 0. A chat template that rewrites history (Qwen3-style dropping of
 earlier reasoning, truncation, a system prompt that changes) breaks that prefix, and the sequence the
 next call saw is not the one recorded so far: a new sample starts there. Pure functions, no I/O.
+
+Policy versions do not split a sample. A call records the version that sampled it (`weight_version`),
+and a sample whose calls came from more than one version (the weights changed mid-episode: a partial
+rollout) says so in `weight_versions` and `spans_versions`. Its per-token `logprobs` are each the
+behaviour policy's own, so an importance-sampling correction per token (TRL's
+`vllm_importance_sampling_correction` divides the trainer's probability by exactly these) stays right
+across the change; splitting would only cut the context the later calls were sampled in.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
+
+from gym_server.store.versions import VERSION_KEY, as_version
 
 __all__ = [
     "CallTokens",
@@ -36,6 +45,7 @@ class CallTokens:
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     logprobs: Sequence[float]
+    weight_version: int | None = None  # the policy version that sampled it, when recorded
 
 
 class Sample(BaseModel):
@@ -47,6 +57,14 @@ class Sample(BaseModel):
     logprobs: list[float]
     mask: list[int]
     calls: list[int] = Field(description="the indexes of the recorded calls this sample holds")
+    weight_versions: list[int] = Field(
+        default_factory=list, description="the policy versions that sampled its calls, oldest first"
+    )
+
+    @computed_field(description="sampled by more than one policy version (a partial rollout)")  # type: ignore[prop-decorator]
+    @property
+    def spans_versions(self) -> bool:
+        return len(self.weight_versions) > 1
 
 
 class SamplesReport(BaseModel):
@@ -79,6 +97,8 @@ def split_samples(calls: Iterable[CallTokens]) -> list[Sample]:
             current.logprobs += [0.0] * len(gap) + [float(lp) for lp in call.logprobs]
             current.mask += [0] * len(gap) + [1] * len(call.completion_ids)
             current.calls.append(call.index)
+            if call.weight_version is not None and call.weight_version not in current.weight_versions:
+                current.weight_versions = sorted([*current.weight_versions, call.weight_version])
             continue
         samples.append(
             Sample(
@@ -87,6 +107,7 @@ def split_samples(calls: Iterable[CallTokens]) -> list[Sample]:
                 logprobs=[float(lp) for lp in call.logprobs],
                 mask=[1] * len(call.completion_ids),
                 calls=[call.index],
+                weight_versions=[] if call.weight_version is None else [call.weight_version],
             )
         )
     return samples
@@ -104,7 +125,7 @@ def call_tokens(record: dict[str, Any]) -> CallTokens | None:
         return None
     if not isinstance(logprobs, list) or len(logprobs) != len(completion):
         logprobs = [0.0] * len(completion)
-    return CallTokens(int(record["call"]), prompt, completion, logprobs)
+    return CallTokens(int(record["call"]), prompt, completion, logprobs, as_version(record.get(VERSION_KEY)))
 
 
 def samples_report(calls: Sequence[dict[str, Any]], reward: float | None = None) -> SamplesReport:

@@ -49,6 +49,7 @@ from gym_server.gateway.upstream import (
 from gym_server.protocols.mcp.mapping import episode_over
 from gym_server.sessions.live import LiveSession
 from gym_server.sessions.manager import SessionManager
+from gym_server.sessions.policy_runs import PolicyRuns
 from gym_server.store.records import FailureClass
 
 __all__ = ["NO_TOKEN_IDS", "EpisodeGateway", "Gateways", "over_answer"]
@@ -80,7 +81,8 @@ class EpisodeGateway:
     secret: str | None = field(default=None, repr=False)  # the key, to redact from what is relayed
     calls: int = 0
     tally: SampleTally = field(default_factory=SampleTally, repr=False)
-    # the policy revision the episode was opened under (`policy.weight_version`), recorded on every call
+    # the policy revision the episode was opened under (`policy.weight_version`), recorded on a call
+    # when its run announces no version (docs/rollout-buffer.md)
     weight_version: str | None = None
 
     @property
@@ -115,14 +117,16 @@ class _Upstream:
     started: float  # when the gateway took the call
     sent: float  # when it sent the call upstream
     allowance: int  # bytes of the transcript budget its completion may take
+    version: str | None  # the policy version the call was sent under
 
 
 class Gateways:
     """The live episodes' gateways and the one HTTP client they share."""
 
-    def __init__(self, manager: SessionManager, settings: Settings) -> None:
+    def __init__(self, manager: SessionManager, settings: Settings, policy_runs: PolicyRuns) -> None:
         self.manager = manager
         self.settings = settings
+        self.policy_runs = policy_runs
         timeouts = settings.gateway
         self.client = UpstreamClient(
             connect_timeout_s=timeouts.connect_timeout_s, read_timeout_s=timeouts.upstream_timeout_s
@@ -274,6 +278,7 @@ class Gateways:
             return orjson.dumps(over_answer(session, upstream.get("model")))
         request = orjson.dumps(upstream)
         allowance = await self._allowance(session, gateway, request)
+        version = await self._version(session, gateway)
         sent = time.perf_counter()
         try:
             response = await self.client.request(
@@ -297,7 +302,9 @@ class Gateways:
             raise await self._fail(
                 gateway, GatewayError.upstream(f"the upstream's answer is unusable: {exc}")
             ) from None
-        await self._record(gateway, body, completed, stream=False, started=started, upstream_ms=upstream_ms)
+        await self._record(
+            gateway, body, completed, stream=False, started=started, upstream_ms=upstream_ms, version=version
+        )
         return content
 
     async def chat_stream(self, session_id: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
@@ -309,6 +316,7 @@ class Gateways:
             return _over_events(over_answer(session, upstream.get("model")))
         request = orjson.dumps(upstream)
         allowance = await self._allowance(session, gateway, request)
+        version = await self._version(session, gateway)
         sent = time.perf_counter()
         try:
             response = await self.client.request(
@@ -322,7 +330,7 @@ class Gateways:
                 raise await self._refusal(gateway, response.status, await _error_body(response))
         except UpstreamError as exc:
             raise await self._failed(gateway, exc) from None
-        return self._forward(gateway, body, _Upstream(response, started, sent, allowance))
+        return self._forward(gateway, body, _Upstream(response, started, sent, allowance, version))
 
     async def _forward(
         self, gateway: EpisodeGateway, body: dict[str, Any], upstream: _Upstream
@@ -367,6 +375,7 @@ class Gateways:
                     stream=True,
                     started=upstream.started,
                     upstream_ms=upstream_ms,
+                    version=upstream.version,
                 )
             except GatewayError as exc:
                 failure = exc
@@ -426,6 +435,12 @@ class Gateways:
             )
         return error
 
+    async def _version(self, session: LiveSession, gateway: EpisodeGateway) -> str | None:
+        """The policy version a call sent now is sampled by: its run's announced one (the trainer
+        announces a version once the policy server serves it), else the episode's own."""
+        announced = await self.policy_runs.current_version(session.tenant, session.run)
+        return gateway.weight_version if announced is None else str(announced)
+
     async def _record(
         self,
         gateway: EpisodeGateway,
@@ -435,6 +450,7 @@ class Gateways:
         stream: bool,
         started: float,
         upstream_ms: float,
+        version: str | None,
     ) -> None:
         if gateway.token_exact and not completed.token_exact:
             raise await self._fail(gateway, GatewayError.upstream(NO_TOKEN_IDS))
@@ -447,7 +463,7 @@ class Gateways:
             stream=stream,
             upstream_ms=upstream_ms,
             gateway_ms=gateway_ms,
-            weight_version=gateway.weight_version,
+            weight_version=version,
         )
         gateway.tally.add(record["prompt_ids"], record["completion_ids"])
         metadata = {"gateway": gateway.metadata(), "samples": gateway.tally.summary()}

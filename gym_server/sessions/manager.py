@@ -168,7 +168,7 @@ class SessionManager:
                 chosen, seed, inline = await asyncio.to_thread(
                     choose_and_compare, entry, task_id=task_id, task=task, split=split, seed=seed
                 )
-            check_episode(run=run, task_id=chosen.id, policy=policy)
+            check_episode(run=run, task_id=chosen.id, policy=policy, metadata=metadata)
             metadata = dict(metadata or {})
             metadata.pop(INLINE_TASK_KEY, None)
             if inline:

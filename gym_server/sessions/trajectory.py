@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from gym_server.sessions.live import LiveSession
-from gym_server.store.records import TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.records import BUFFER_GROUP_KEY, TrajectoryRecord, TrajectoryStatus, utcnow
+from gym_server.store.versions import version_range
 
 __all__ = ["trajectory_record"]
 
@@ -26,6 +27,8 @@ def trajectory_record(
     timings: dict[str, Any] = {"step_ms": list(session.step_ms)}
     if session.step_ms:
         timings["total_step_ms"] = round(sum(session.step_ms), 3)
+    turns = list(session.turn_data)
+    version_min, version_max = version_range(session.policy, turns)
     return TrajectoryRecord.model_construct(
         id=session.id,
         run=session.run,
@@ -43,10 +46,13 @@ def trajectory_record(
         verify_info=dict(verified.info) if verified else {},
         verifier_version=session.entry.verifier_version,
         policy=session.policy,
-        turns=list(session.turn_data),
+        turns=turns,
         timings=timings,
         metadata=session.metadata,
         num_turns=env.turns,
+        version_min=version_min,
+        version_max=version_max,
+        buffer_group=session.metadata.get(BUFFER_GROUP_KEY),  # a string: `storable.check_episode`
         server_name=server_name,
         tenant=session.tenant,
         parent_id=session.parent_id,

@@ -30,6 +30,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -42,13 +43,18 @@ from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS
 __all__ = [
     "ApiKey",
     "Base",
+    "BufferGroup",
+    "BufferLease",
     "MetadataPurpose",
     "PolicyModel",
+    "PolicyRun",
+    "PolicyVersion",
     "Rescore",
     "Trajectory",
     "TrajectoryTotals",
     "UTCDateTime",
     "api_keys_table",
+    "buffer_groups_table",
     "rescores_table",
     "trajectories_table",
     "trajectory_totals_table",
@@ -118,6 +124,13 @@ class Trajectory(Base):
             )
             for name in ("env_version", "verifier_version")
         ),
+        # Only the rollout buffer's episodes have an entry (revision 0007): no cost to any other row.
+        Index(
+            "ix_trajectories_buffer_group",
+            "buffer_group",
+            sqlite_where=text("buffer_group IS NOT NULL"),
+            postgresql_where=text("buffer_group IS NOT NULL"),
+        ),
     )
 
     id: Mapped[trajectory_id] = mapped_column(primary_key=True)
@@ -142,6 +155,11 @@ class Trajectory(Base):
     # `metadata` is taken by DeclarativeBase; the column keeps the record's field name.
     metadata_: Mapped[JsonDict] = mapped_column("metadata")
     num_turns: Mapped[int]
+    # the policy versions of its calls (`store.versions`); the rollout buffer reads them (revision 0007)
+    version_min: Mapped[int | None] = mapped_column(BigInteger)
+    version_max: Mapped[int | None] = mapped_column(BigInteger)
+    # `metadata.buffer_group` as a column: a pull finds a group's episodes by its partial index (below)
+    buffer_group: Mapped[name | None]
     server_name: Mapped[name | None] = mapped_column(index=True)
     tenant: Mapped[str] = mapped_column(String(64), index=True, server_default=DEFAULT_TENANT)
     # Lineage of a fork (revision 0006): the episode it was forked from and the turn; indexed to list an
@@ -226,11 +244,85 @@ class ApiKey(Base):
         return f"ApiKey(id={self.id!r}, tenant={self.tenant!r}, scopes={self.scopes!r})"
 
 
+class PolicyRun(Base):
+    """A trainer's policy run (revision 0007): the version it last announced and how far the rollout
+    buffer may run ahead of it (`sessions.policy_runs`, docs/rollout-buffer.md)."""
+
+    __tablename__ = "policy_runs"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run: Mapped[name] = mapped_column(primary_key=True)
+    policy: Mapped[name | None]  # the policy's model name, for people reading the run
+    version: Mapped[int] = mapped_column(BigInteger)  # the newest announced; never goes back
+    first_version: Mapped[int] = mapped_column(BigInteger)  # the first announced: admission counts from it
+    max_staleness: Mapped[int]  # k: no group whose oldest call is more than k versions behind is handed out
+    groups_per_step: Mapped[int | None]  # groups a trainer step consumes; None: producers are not throttled
+    created_at: Mapped[timestamp]
+    updated_at: Mapped[timestamp]
+
+    def __repr__(self) -> str:
+        return f"PolicyRun(run={self.run!r}, version={self.version!r}, max_staleness={self.max_staleness!r})"
+
+
+class PolicyVersion(Base):
+    """One announcement of a policy run's version: when each version became the one being sampled."""
+
+    __tablename__ = "policy_versions"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run: Mapped[name] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    announced_at: Mapped[timestamp]
+
+
+class BufferGroup(Base):
+    """One group of episodes (a GRPO group: one task, `size` episodes) a producer was admitted to play
+    for a policy run; its episodes carry its id in `metadata.buffer_group` (the trajectories' column
+    `buffer_group`)."""
+
+    __tablename__ = "buffer_groups"
+    __table_args__ = (Index("ix_buffer_groups_run_state", "tenant", "run", "state", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    run: Mapped[name]
+    env: Mapped[name | None]
+    task_id: Mapped[name | None]
+    size: Mapped[int]
+    state: Mapped[str] = mapped_column(String(16))  # `store.buffer.GroupState`
+    admitted_version: Mapped[int] = mapped_column(BigInteger)  # the run's version when it was admitted
+    version_min: Mapped[int | None] = mapped_column(BigInteger)  # its episodes' oldest call, once ready
+    version_max: Mapped[int | None] = mapped_column(BigInteger)
+    lease_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    deliveries: Mapped[int]  # how many times it was handed out (more than 1: a lease expired unacknowledged)
+    created_at: Mapped[timestamp]
+    finished_at: Mapped[timestamp | None]  # consumed or marked stale
+
+    def __repr__(self) -> str:
+        return f"BufferGroup(id={self.id!r}, run={self.run!r}, state={self.state!r}, size={self.size!r})"
+
+
+class BufferLease(Base):
+    """One pull's hand-out: its groups are the trainer's until `expires_at`, for good once acknowledged."""
+
+    __tablename__ = "buffer_leases"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    run: Mapped[name]
+    version: Mapped[int] = mapped_column(BigInteger)  # the run's version when it was handed out
+    groups: Mapped[int]  # how many groups it handed out
+    created_at: Mapped[timestamp]
+    expires_at: Mapped[timestamp]
+    acknowledged_at: Mapped[timestamp | None]
+
+
 # The Core tables, for bulk statements whose keys are column names (= the record's field names).
 trajectories_table: Table = Base.metadata.tables["trajectories"]
 rescores_table: Table = Base.metadata.tables["rescores"]
 api_keys_table: Table = Base.metadata.tables["api_keys"]
 trajectory_totals_table: Table = Base.metadata.tables["trajectory_totals"]
+buffer_groups_table: Table = Base.metadata.tables["buffer_groups"]
 
 
 class _JsonText(FunctionElement[str]):

@@ -102,6 +102,14 @@ class StoreQueries:
         """
         return await self._call(query)
 
+    async def transact(self, work: Callable[[Session], T]) -> T:
+        """Run `work` (a `store.buffer` function, say) in a worker thread, in one transaction committed
+        before this returns: an answer sent after it is an acknowledgement of a committed change.
+
+        Outages become `StoreUnavailable` (a 503); an error `work` raises rolls everything back.
+        """
+        return await self._call(work)
+
     async def ping(self) -> bool:
         """Whether the database answers `SELECT 1` (for readiness probes); never raises."""
         try:

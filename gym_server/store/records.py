@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "BUFFER_GROUP_KEY",
     "DEFAULT_TENANT",
     "EVALUATION",
     "FAILURE_DETAIL_KEY",
@@ -50,6 +51,9 @@ FAILURE_DETAIL_KEY = "failure_detail"
 # (the demos', `gym-server eval`), which `gym-server export` leaves out of training data unless asked.
 PURPOSE_KEY = "purpose"
 EVALUATION = "evaluation"
+# The `metadata` key of the rollout-buffer group an episode was played for (`store.buffer`); the producer
+# that was admitted to play the group puts it on each of the group's sessions.
+BUFFER_GROUP_KEY = "buffer_group"
 
 
 def utcnow() -> datetime:
@@ -118,6 +122,13 @@ class TrajectoryRecord(BaseModel):
     timings: dict[str, Any] = Field(default_factory=dict, description="step durations in ms and totals")
     metadata: dict[str, Any] = Field(default_factory=dict)
     num_turns: int = 0
+    version_min: int | None = Field(
+        None, description="the oldest policy version that sampled a call of the episode (store/versions.py)"
+    )
+    version_max: int | None = Field(None, description="the newest policy version that sampled a call of it")
+    buffer_group: str | None = Field(
+        None, description="the rollout-buffer group it was played for: its `metadata.buffer_group`"
+    )
     server_name: str | None = None
     tenant: str = Field(DEFAULT_TENANT, description="the tenant of the API key that created it")
     parent_id: str | None = Field(None, description="the episode this one was forked from (docs/fork.md)")

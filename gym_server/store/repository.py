@@ -65,6 +65,12 @@ class TrajectoryFilter(BaseModel):
     parent_id: str | None = Field(None, description="forks of this episode (docs/fork.md)")
     created_from: datetime | None = Field(None, description="created at or after")
     created_to: datetime | None = Field(None, description="created before")
+    min_version: int | None = Field(
+        None, description="every call sampled at or after this policy version (`version_min` >= it)"
+    )
+    max_version: int | None = Field(
+        None, description="every call sampled at or before this policy version (`version_max` <= it)"
+    )
     evaluation: bool | None = Field(
         None,
         description=(
@@ -87,6 +93,10 @@ class TrajectoryFilter(BaseModel):
         clauses = [columns[key] == value for key, value in wanted.items() if value is not None]
         if self.policy is not None:
             clauses.append(PolicyModel(columns.policy) == self.policy)
+        if self.min_version is not None:
+            clauses.append(columns.version_min >= self.min_version)
+        if self.max_version is not None:
+            clauses.append(columns.version_max <= self.max_version)
         if self.created_from is not None:
             clauses.append(columns.created_at >= self.created_from)
         if self.created_to is not None:
@@ -192,6 +202,7 @@ _IDENTITY = (
     "parent_id",
     "parent_turn",
     "created_at",
+    "buffer_group",
 )
 
 

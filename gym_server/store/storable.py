@@ -4,8 +4,9 @@ The JSON of every body is checked where it is parsed (`gym_server.core.jsontext`
 limits of the row's plain columns and of the database's own reading of the policy, which hold for every
 way an episode starts (the sessions API, `POST /v1/rollouts`, the MCP, OpenEnv and NeMo Gym facades):
 
-- a name (run, task id, the policy's `model`) is at most `NAME_MAX_CHARS` characters without control
-  characters: PostgreSQL's `VARCHAR(255)` refuses longer ones and its `text` refuses NUL;
+- a name (run, task id, the policy's `model`, `metadata.buffer_group`) is at most `NAME_MAX_CHARS`
+  characters without control characters: PostgreSQL's `VARCHAR(255)` refuses longer ones and its
+  `text` refuses NUL;
 - the policy holds no NUL character anywhere: PostgreSQL reads its `model` with `->>` (the per-task
   totals and the inspector's index), which refuses a `\\u0000` escape anywhere in the document.
 
@@ -19,17 +20,28 @@ import re
 from typing import Any
 
 from gym_server.core.errors import InvalidRequest
-from gym_server.store.records import NAME_MAX_CHARS
+from gym_server.store.records import BUFFER_GROUP_KEY, NAME_MAX_CHARS
 
 __all__ = ["check_episode", "name_problem"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def check_episode(*, run: str | None, task_id: str, policy: dict[str, Any] | None) -> None:
+def check_episode(
+    *, run: str | None, task_id: str, policy: dict[str, Any] | None, metadata: dict[str, Any] | None = None
+) -> None:
     """Raise `InvalidRequest` (422) if the row of an episode with these values could not be stored."""
     for field, name in (("run", run), ("task id", task_id)):
         if name is not None and (problem := name_problem(field, name)):
+            raise InvalidRequest(problem)
+    group = (metadata or {}).get(BUFFER_GROUP_KEY)
+    if group is not None:  # a name column of its own (`buffer_group`)
+        if not isinstance(group, str):
+            kind = type(group).__name__
+            raise InvalidRequest(
+                f"metadata.{BUFFER_GROUP_KEY} is a rollout-buffer group's id, a string; got {kind}"
+            )
+        if problem := name_problem(f"metadata.{BUFFER_GROUP_KEY}", group):
             raise InvalidRequest(problem)
     if policy is None:
         return

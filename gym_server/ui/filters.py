@@ -36,6 +36,15 @@ def _day(value: str | None, field: str) -> date | None:
         raise InvalidRequest(f"{field} must be a date as YYYY-MM-DD, got {text!r}") from None
 
 
+def _version(value: str | None, field: str) -> int | None:
+    text = _blank_is_none(value)
+    if text is None:
+        return None
+    if not (text.isdecimal() and text.isascii()):
+        raise InvalidRequest(f"{field} must be a policy version (a whole number >= 0), got {text!r}")
+    return int(text)
+
+
 async def inspector_filter(
     tenant: TenantDep,
     run: _Name = None,
@@ -47,6 +56,8 @@ async def inspector_filter(
     status: Annotated[str | None, Query(max_length=32)] = None,
     since: Annotated[str | None, Query(max_length=32, description="first day, YYYY-MM-DD (UTC)")] = None,
     until: Annotated[str | None, Query(max_length=32, description="last day, YYYY-MM-DD (UTC)")] = None,
+    min_version: Annotated[str | None, Query(max_length=20, description="every call at or after it")] = None,
+    max_version: Annotated[str | None, Query(max_length=20, description="every call at or before it")] = None,
 ) -> TrajectoryFilter:
     """The filter the inspector's form describes; `until` includes its whole day."""
     first, last = _day(since, "since"), _day(until, "until")
@@ -65,6 +76,8 @@ async def inspector_filter(
         status=None if status_name is None else TrajectoryStatus(status_name),
         created_from=None if first is None else datetime.combine(first, time(), UTC),
         created_to=None if last is None else datetime.combine(last + timedelta(days=1), time(), UTC),
+        min_version=_version(min_version, "min_version"),
+        max_version=_version(max_version, "max_version"),
     )
 
 

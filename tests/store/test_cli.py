@@ -37,14 +37,14 @@ def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, wide_terminal: None)
 def test_db_upgrade_and_current(runner: CliRunner, empty_url: str) -> None:
     before = runner.invoke(cli, ["db", "current", "--database-url", empty_url])
     assert before.exit_code == 0, before.output
-    assert "revision none, head 0006" in before.output
+    assert "revision none, head 0007" in before.output
     first = runner.invoke(cli, ["db", "upgrade", "--database-url", empty_url])
     assert first.exit_code == 0, first.output
-    assert "Upgraded to head revision 0006 (from an empty schema)" in first.output
+    assert "Upgraded to head revision 0007 (from an empty schema)" in first.output
     again = runner.invoke(cli, ["db", "upgrade", "--database-url", empty_url])
-    assert "Already at head revision 0006" in again.output
+    assert "Already at head revision 0007" in again.output
     after = runner.invoke(cli, ["db", "current", "--database-url", empty_url])
-    assert "revision 0006, head 0006, up to date" in after.output
+    assert "revision 0007, head 0007, up to date" in after.output
 
 
 def test_db_url_defaults_to_the_server_settings(

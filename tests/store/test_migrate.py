@@ -21,7 +21,7 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
     assert current_revision(empty_url) is None
     upgrade_database(empty_url)
     upgrade_database(empty_url)  # idempotent
-    assert current_revision(empty_url) == head_revision() == "0006"
+    assert current_revision(empty_url) == head_revision() == "0007"
     engine = make_engine(empty_url)
     try:
         inspector = inspect(engine)
@@ -35,6 +35,10 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
             "rescores",
             "api_keys",
             "trajectory_totals",
+            "policy_runs",
+            "policy_versions",
+            "buffer_groups",
+            "buffer_leases",
         }
         indexes = inspector.get_indexes("trajectories")
         indexed = {
@@ -52,6 +56,8 @@ def test_upgrade_creates_the_schema_once(empty_url: str) -> None:
             ("env", "created_at", "id", "run", "reward", "failure", "tenant"),
             ("env_version", "run", "created_at", "task_id", "reward", "failure", "tenant"),
             ("verifier_version", "run", "created_at", "task_id", "reward", "failure", "tenant"),
+            # the rollout buffer's episodes, a partial index (revision 0007)
+            ("buffer_group",),
         }
         with engine.connect() as connection:
             context = MigrationContext.configure(connection, opts={"compare_type": True})

@@ -261,6 +261,7 @@ class RolloutDriver:
                 return
             rollout.turn_starts.append(len(rollout.completion_ids))
             started = time.perf_counter()
+            version = sampler.weight_version  # the weights this turn is sampled with (may change mid-episode)
             sample = await _guarded(
                 sampler.sample(prompt_ids + rollout.completion_ids, self._params(spec, turn, left), stops),
                 "sampler",
@@ -292,6 +293,8 @@ class RolloutDriver:
                 }
                 if turn == 0:
                     turn_data["prompt_ids"] = prompt_ids
+                if version is not None:  # the gym's record of which version sampled it (rollout-buffer.md)
+                    turn_data["weight_version"] = version
             if not ended:
                 # Cut mid-turn (per-turn max_tokens or the budget): the environment never sees a half
                 # message, so the state is scored as it is, but the store still gets every token.

@@ -500,6 +500,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/policy-runs/{run}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Announce the policy version now sampled (creates the run at its first announcement) */
+        post: operations["announce_v1_policy_runs__run__versions_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/policy-runs/{run}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A policy run and its groups */
+        get: operations["get_run_v1_policy_runs__run__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/policy-runs/{run}/groups": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Ask to play one more group (429 with Retry-After while the buffer is at its bound) */
+        post: operations["admit_group_v1_policy_runs__run__groups_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/policy-runs/{run}/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Lease the next complete, scored groups within the staleness bound */
+        post: operations["pull_v1_policy_runs__run__pull_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/policy-runs/{run}/acks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Consume the groups of a lease (idempotent) */
+        post: operations["acknowledge_v1_policy_runs__run__acks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -558,6 +643,58 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AckRequest
+         * @description `POST /v1/policy-runs/{run}/acks`: the trainer used the groups of a lease.
+         */
+        AckRequest: {
+            /** Lease Id */
+            lease_id: string;
+        };
+        /**
+         * Acknowledgement
+         * @description What an acknowledgement consumed: fewer than were handed out when the lease had expired and a
+         *     later pull took some groups, or the bound marked them stale.
+         */
+        Acknowledgement: {
+            /** Lease Id */
+            lease_id: string;
+            /** Consumed */
+            consumed: number;
+            /** Handed Out */
+            handed_out: number;
+        };
+        /**
+         * Announcement
+         * @description What a trainer says about its run: the version now sampled, and optionally the buffer's shape.
+         * @example {
+         *       "groups_per_step": 4,
+         *       "max_staleness": 1,
+         *       "version": 3
+         *     }
+         */
+        Announcement: {
+            /**
+             * Version
+             * @description the policy version now served; never lower than the last one
+             */
+            version: number;
+            /**
+             * Policy
+             * @description the policy's model name, for people reading the run
+             */
+            policy?: string | null;
+            /**
+             * Max Staleness
+             * @description k; 0 at creation when not given
+             */
+            max_staleness?: number | null;
+            /**
+             * Groups Per Step
+             * @description groups one trainer step consumes
+             */
+            groups_per_step?: number | null;
+        };
         /** BatchVerifyItem */
         BatchVerifyItem: {
             result?: components["schemas"]["VerifyResult"] | null;
@@ -917,10 +1054,95 @@ export interface components {
              */
             api_key?: string | null;
         };
+        /**
+         * GroupAdmitted
+         * @description A group the producer may play: give each of its sessions `metadata` (and the run as `run`).
+         */
+        GroupAdmitted: {
+            /** Group Id */
+            group_id: string;
+            /** Run */
+            run: string;
+            /**
+             * Version
+             * @description the run's version now: sample with it
+             */
+            version: number;
+            /**
+             * Metadata
+             * @description what each episode's session must carry in its metadata
+             */
+            metadata: {
+                [key: string]: string;
+            };
+        };
+        /**
+         * GroupRequest
+         * @description `POST /v1/policy-runs/{run}/groups`: a producer asks to play one group.
+         */
+        GroupRequest: {
+            /**
+             * Size
+             * @description episodes in the group (GRPO's num_generations)
+             */
+            size: number;
+            /** Env */
+            env?: string | null;
+            /** Task Id */
+            task_id?: string | null;
+            /**
+             * Wait S
+             * @description while the buffer is full, wait up to this for room
+             * @default 0
+             */
+            wait_s?: number;
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
             detail?: components["schemas"]["ValidationError"][];
+        };
+        /**
+         * HandedGroup
+         * @description One group of a pull: its finished episodes, whole.
+         */
+        HandedGroup: {
+            /** Group Id */
+            group_id: string;
+            /** Env */
+            env: string | null;
+            /** Task Id */
+            task_id: string | null;
+            /** Version Min */
+            version_min: number | null;
+            /** Version Max */
+            version_max: number | null;
+            /**
+             * Deliveries
+             * @description 1 the first time; more when an earlier lease expired
+             */
+            deliveries: number;
+            /** Episodes */
+            episodes: components["schemas"]["TrajectoryRecord"][];
+        };
+        /**
+         * Handout
+         * @description A pull's answer: the groups leased to the caller until `expires_at` (empty when none was ready).
+         */
+        Handout: {
+            /**
+             * Lease Id
+             * @description acknowledge it to consume the groups; null when none
+             */
+            lease_id: string | null;
+            /** Version */
+            version: number;
+            /** Max Staleness */
+            max_staleness: number;
+            /** Expires At */
+            expires_at: string | null;
+            /** Groups */
+            groups: components["schemas"]["HandedGroup"][];
         };
         /**
          * Message
@@ -969,6 +1191,35 @@ export interface components {
              * @default 300
              */
             timeout_s?: number;
+        };
+        /**
+         * PullRequest
+         * @description `POST /v1/policy-runs/{run}/pull`: lease the next complete, scored groups.
+         */
+        PullRequest: {
+            /**
+             * Max Groups
+             * @default 1
+             */
+            max_groups?: number;
+            /**
+             * Min Groups
+             * @description lease none until this many are ready
+             * @default 1
+             */
+            min_groups?: number;
+            /**
+             * Lease S
+             * @description acknowledge within this, else handed out again
+             * @default 300
+             */
+            lease_s?: number;
+            /**
+             * Wait S
+             * @description wait up to this for min_groups ready groups
+             * @default 0
+             */
+            wait_s?: number;
         };
         /**
          * ReverifyResponse
@@ -1082,6 +1333,52 @@ export interface components {
              * @default false
              */
             wait?: boolean;
+            /**
+             * Buffer
+             * @description produce for the rollout buffer: `run` names an announced policy run, each task's n episodes are one group, played once the run admits it (docs/rollout-buffer.md)
+             * @default false
+             */
+            buffer?: boolean;
+        };
+        /**
+         * RunState
+         * @description A policy run as the buffer sees it.
+         */
+        RunState: {
+            /** Run */
+            run: string;
+            /** Policy */
+            policy: string | null;
+            /** Version */
+            version: number;
+            /** First Version */
+            first_version: number;
+            /** Max Staleness */
+            max_staleness: number;
+            /** Groups Per Step */
+            groups_per_step: number | null;
+            /**
+             * Admit Limit
+             * @description groups that may be admitted while the run is at this version (stale ones not counted): (version - first_version + max_staleness + 1) * groups_per_step; null: no throttle
+             */
+            admit_limit: number | null;
+            /**
+             * Groups
+             * @description groups per state
+             */
+            groups: {
+                [key: string]: number;
+            };
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
         };
         /**
          * Sample
@@ -1102,6 +1399,16 @@ export interface components {
              * @description the indexes of the recorded calls this sample holds
              */
             calls: number[];
+            /**
+             * Weight Versions
+             * @description the policy versions that sampled its calls, oldest first
+             */
+            weight_versions?: number[];
+            /**
+             * Spans Versions
+             * @description sampled by more than one policy version (a partial rollout)
+             */
+            readonly spans_versions: boolean;
         };
         /**
          * SamplesReport
@@ -1428,6 +1735,21 @@ export interface components {
              * @default 0
              */
             num_turns?: number;
+            /**
+             * Version Min
+             * @description the oldest policy version that sampled a call of the episode (store/versions.py)
+             */
+            version_min?: number | null;
+            /**
+             * Version Max
+             * @description the newest policy version that sampled a call of it
+             */
+            version_max?: number | null;
+            /**
+             * Buffer Group
+             * @description the rollout-buffer group it was played for: its `metadata.buffer_group`
+             */
+            buffer_group?: string | null;
             /** Server Name */
             server_name?: string | null;
             /**
@@ -2687,6 +3009,10 @@ export interface operations {
                 status?: components["schemas"]["TrajectoryStatus"] | null;
                 /** @description only the forks of this episode (docs/fork.md) */
                 parent_id?: string | null;
+                /** @description every call at or after this version */
+                min_version?: number | null;
+                /** @description every call at or before this version */
+                max_version?: number | null;
                 offset?: number;
                 limit?: number;
             };
@@ -2895,6 +3221,226 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    announce_v1_policy_runs__run__versions_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Announcement"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunState"];
+                };
+            };
+            /** @description the version is lower than the run's */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_run_v1_policy_runs__run__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunState"];
+                };
+            };
+            /** @description the run was never announced */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    admit_group_v1_policy_runs__run__groups_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GroupRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupAdmitted"];
+                };
+            };
+            /** @description the run was never announced */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the buffer is as far ahead as max_staleness allows */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    pull_v1_policy_runs__run__pull_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PullRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Handout"];
+                };
+            };
+            /** @description the run was never announced */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    acknowledge_v1_policy_runs__run__acks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AckRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Acknowledgement"];
+                };
+            };
+            /** @description unknown run or lease */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description the lease expired and holds none of its groups */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
             };
         };
     };

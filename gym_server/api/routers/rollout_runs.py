@@ -20,27 +20,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from gym_server.api.deps import ManagerDep, RegistryDep, RunBoardDep, TenantDep
+from gym_server.api.deps import ManagerDep, PolicyRunsDep, RegistryDep, RunBoardDep, TenantDep
 from gym_server.core import jsontext
 from gym_server.core.egress import refusal
 from gym_server.core.errors import EndpointNotAllowed, GymError, InvalidRequest, NotFoundError
 from gym_server.core.problems import StrictJsonRoute
 from gym_server.sdk.tasks import Task
+from gym_server.sessions.buffered_play import admit_when_room, play_groups
 from gym_server.sessions.manager import SessionManager
+from gym_server.sessions.policy_runs import PolicyRuns
 from gym_server.sessions.rollout_runs import RolloutRun
-from gym_server.store.records import DEFAULT_TENANT, NAME_MAX_CHARS, NAME_PATTERN
+from gym_server.store.records import BUFFER_GROUP_KEY, DEFAULT_TENANT, NAME_MAX_CHARS, NAME_PATTERN
 from gym_trainer.chat import Renderer
 from gym_trainer.client import GymAPIError, SessionInfo, StepResult, VerifyResult
 from gym_trainer.driver import (
     CLIENT_FAILURES,
     DriverConfig,
     EpisodeSpec,
+    Rollout,
     RolloutDriver,
 )
 from gym_trainer.remote_chat import RemoteRenderer
@@ -112,11 +116,18 @@ class RolloutRunRequest(BaseModel):
         16, ge=1, le=1024, description="episodes played at once, at most the server's max_concurrency"
     )
     wait: bool = Field(False, description="answer when the run is finished instead of at once")
+    buffer: bool = Field(
+        False,
+        description="produce for the rollout buffer: `run` names an announced policy run, each task's n "
+        "episodes are one group, played once the run admits it (docs/rollout-buffer.md)",
+    )
 
     @model_validator(mode="after")
     def _tasks(self) -> RolloutRunRequest:
         if self.task_ids is not None and (self.split is not None or self.limit is not None):
             raise ValueError("give task_ids, or split/limit, not both")
+        if self.buffer and self.run is None:
+            raise ValueError("buffer: true needs the policy run's name in `run`")
         return self
 
 
@@ -261,6 +272,7 @@ async def _play(
     specs: list[EpisodeSpec],
     manager: SessionManager,
     slots: asyncio.Semaphore,
+    policy_runs: PolicyRuns,
 ) -> None:
     """Play the run's episodes; the policy's clients are opened here, so a refused run opens none."""
     sampler, renderer = _policy(body)
@@ -278,11 +290,28 @@ async def _play(
         metadata={"rollout_run": job.id},
     )
     backend = ManagerBackend(manager, slots)
-    driver = RolloutDriver(backend, sampler, renderer, config)
-    try:
-        await driver.run_many(
-            specs, job.concurrency, on_episode=lambda _, rollout: job.rollouts.append(rollout)
+
+    def keep(_: int, rollout: Rollout) -> None:
+        job.rollouts.append(rollout)
+
+    async def admit(group: list[EpisodeSpec]) -> str:
+        env, task_id = group[0].env, group[0].task_id
+        return await admit_when_room(
+            policy_runs, job.tenant, job.run, size=len(group), env=env, task_id=task_id
         )
+
+    async def play(group_id: str, group: list[EpisodeSpec]) -> None:
+        grouped = replace(config, metadata={**config.metadata, BUFFER_GROUP_KEY: group_id})
+        await RolloutDriver(backend, sampler, renderer, grouped).run_many(group, len(group), on_episode=keep)
+
+    try:
+        if body.buffer:  # each task's n episodes (consecutive in `specs`) are one group
+            groups = [specs[at : at + body.n] for at in range(0, len(specs), body.n)]
+            await play_groups(groups, admit, play, at_once=max(1, job.concurrency // body.n))
+        else:
+            await RolloutDriver(backend, sampler, renderer, config).run_many(
+                specs, job.concurrency, on_episode=keep
+            )
     finally:
         await backend.aclose()
         await sampler.aclose()
@@ -302,12 +331,19 @@ async def _play(
     },
 )
 async def start_rollouts(
-    body: RolloutRunRequest, manager: ManagerDep, registry: RegistryDep, runs: RunBoardDep, tenant: TenantDep
+    body: RolloutRunRequest,
+    manager: ManagerDep,
+    registry: RegistryDep,
+    runs: RunBoardDep,
+    tenant: TenantDep,
+    policy_runs: PolicyRunsDep,
 ) -> Response:
     # Before anything else: a refused endpoint is never connected to, not even to fail.
     refused = refusal(body.policy.base_url, runs.settings.policy_urls, "GYM_ROLLOUT_RUNS__POLICY_URLS")
     if refused is not None:
         raise EndpointNotAllowed(refused)
+    if body.buffer and body.run is not None:
+        await policy_runs.state(tenant, body.run)  # 404 now for a run never announced
     # In a thread: naming up to 10,000 tasks of a generated dataset generates each (CPU work).
     specs = await asyncio.to_thread(_specs, body, registry)
     run_id = uuid.uuid4().hex
@@ -318,7 +354,8 @@ async def start_rollouts(
         concurrency=min(body.concurrency, runs.settings.max_concurrency),
         tenant=tenant or DEFAULT_TENANT,
     )
-    task = runs.start(job, partial(_play, body=body, specs=specs, manager=manager, slots=runs.session_slots))
+    play = partial(_play, body=body, specs=specs, manager=manager, slots=runs.session_slots)
+    task = runs.start(job, partial(play, policy_runs=policy_runs))
     if body.wait:
         try:
             await asyncio.shield(task)

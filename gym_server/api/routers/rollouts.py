@@ -34,11 +34,22 @@ async def list_rollouts(
     parent_id: Annotated[
         str | None, Query(max_length=128, description="only the forks of this episode (docs/fork.md)")
     ] = None,
+    min_version: Annotated[int | None, Query(ge=0, description="every call at or after this version")] = None,
+    max_version: Annotated[
+        int | None, Query(ge=0, description="every call at or before this version")
+    ] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Response:
     where = TrajectoryFilter(
-        run=run, env=env, task_id=task_id, status=status, tenant=tenant, parent_id=parent_id
+        run=run,
+        env=env,
+        task_id=task_id,
+        status=status,
+        tenant=tenant,
+        parent_id=parent_id,
+        min_version=min_version,
+        max_version=max_version,
     )
     items, total = await store.page(where, offset=offset, limit=limit)
     head = f'{{"offset":{offset},"limit":{limit},"total":{total},"items":['.encode()

@@ -43,6 +43,7 @@ class GatewayConfig:
         agent_timeout_s: wall-clock limit of one agent run; past it the episode is `policy_timeout`.
         weight_version: the policy revision the upstream samples with (a trainer's step), stored with the
             episode (`policy.weight_version`) and on each of its gateway calls.
+        metadata: the sessions' metadata (the rollout buffer's `buffer_group`, say).
     """
 
     upstream: str
@@ -52,6 +53,7 @@ class GatewayConfig:
     ttl_s: float | None = None
     agent_timeout_s: float | None = 600.0
     weight_version: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -114,6 +116,7 @@ class _AgentRun:
             seed=self.spec.seed,
             ttl_s=self.config.ttl_s,
             run=self.config.run,
+            metadata=self.config.metadata,
             gateway=gateway,
             policy={
                 "kind": "agent",

@@ -367,6 +367,35 @@ class GymClient:
             for item in data["results"]
         ]
 
+    # -- the rollout buffer (docs/rollout-buffer.md) ------------------------------------------------
+
+    async def announce_version(self, run: str, version: int, **shape: Any) -> dict[str, Any]:
+        """Announce the policy version now served (`shape`: `policy`, `max_staleness`, `groups_per_step`);
+        a repeat is harmless, so a lost answer is retried."""
+        body = {"version": version, **_present(**shape)}
+        return dict(await self._json("POST", f"/v1/policy-runs/{run}/versions", json=body, idempotent=True))
+
+    async def admit_group(
+        self, run: str, size: int, *, env: str | None = None, task_id: str | None = None, wait_s: float = 0.0
+    ) -> dict[str, Any]:
+        """Ask to play one group: `{group_id, version, metadata}`; the gym waits up to `wait_s` for room;
+        `GymUnavailable` (429) while the buffer stays full, after the retry policy's waits."""
+        body = {"size": size, "wait_s": wait_s, **_present(env=env, task_id=task_id)}
+        return dict(await self._json("POST", f"/v1/policy-runs/{run}/groups", json=body))
+
+    async def pull_groups(
+        self, run: str, *, max_groups: int, min_groups: int = 1, lease_s: float = 300.0, wait_s: float = 0.0
+    ) -> dict[str, Any]:
+        """Lease complete, scored groups within the run's bound; an answer lost on the way leaves a
+        lease that expires and hands its groups out again (at-least-once)."""
+        body = {"max_groups": max_groups, "min_groups": min_groups, "lease_s": lease_s, "wait_s": wait_s}
+        return dict(await self._json("POST", f"/v1/policy-runs/{run}/pull", json=body))
+
+    async def acknowledge(self, run: str, lease_id: str) -> dict[str, Any]:
+        """Consume a lease's groups (idempotent)."""
+        body = {"lease_id": lease_id}
+        return dict(await self._json("POST", f"/v1/policy-runs/{run}/acks", json=body, idempotent=True))
+
     async def list_rollouts(self, **filters: Any) -> dict[str, Any]:
         return dict(await self._json("GET", "/v1/rollouts", params=_present(**filters), idempotent=True))
 

@@ -18,19 +18,27 @@ One row per prompt: TRL keeps one sequence per prompt, so an episode split into 
 template rewrote history) gives TRL its last sample, which holds the final answer; `gym_samples` says
 how many there were. `AgentRollout.samples` (in `last_rollouts`) and ART's `additional_histories` keep
 them all.
+
+Asynchronous: `max_staleness=k` (k >= 1) runs the next steps' agents while this one trains, through the
+gym's rollout buffer, as `GymRolloutFunc` does (`BufferedRollouts`); it needs a policy server
+(`upstream=`): the in-process one serves weights the optimizer is writing. The gateway records on each
+call the version the trainer announced.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gym_trainer._loop import BackgroundLoop
 from gym_trainer.agents import AgentFn, AgentRollout, GatewayConfig, ServedPolicy
 from gym_trainer.agents.runner import play_agent_many
+from gym_trainer.buffered import BUFFER_GROUP_KEY, BufferedRollouts
 from gym_trainer.chat import ChatRenderer
 from gym_trainer.client import GymClient
+from gym_trainer.episodes import EpisodeSpec
 from gym_trainer.trl.columns import TrlRow, rollout_columns
 from gym_trainer.trl.rollout import _groups, _plain, _spec
 
@@ -52,6 +60,8 @@ class AgentRolloutFunc:
         seed: base of the derived gym seeds.
         agent_timeout_s: wall-clock limit of one agent run.
         api_key: the gym's key, when it requires one (default `$GYM_API_KEY`).
+        max_staleness: 0: synchronous; k >= 1: asynchronous, groups at most k steps old (needs
+            `upstream`; `run` names the policy run, one is made up when None).
     """
 
     gym_url: str
@@ -64,12 +74,26 @@ class AgentRolloutFunc:
     seed: int = 0
     agent_timeout_s: float | None = 600.0
     api_key: str | None = field(default=None, repr=False)
+    max_staleness: int = 0
     last_rollouts: list[AgentRollout] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _loop: BackgroundLoop | None = field(default=None, repr=False)
     _gym: GymClient | None = field(default=None, repr=False)
     _policy: ServedPolicy | None = field(default=None, repr=False)
     _renderer: ChatRenderer | None = field(default=None, repr=False)
+    _buffered: BufferedRollouts[AgentRollout] | None = field(default=None, repr=False)
+    _config: GatewayConfig | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise ValueError(f"max_staleness is a number of steps, at least 0; got {self.max_staleness}")
+        if self.max_staleness and self.upstream is None:
+            raise ValueError(
+                "max_staleness > 0 samples while the trainer trains: give AgentRolloutFunc a policy server "
+                "(upstream=...), not the trainer's own model served here"
+            )
+        if self.max_staleness and self.run is None:
+            self.run = f"agent-async-{uuid.uuid4().hex[:12]}"
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         loop, gym = self._connect()
@@ -90,12 +114,16 @@ class AgentRolloutFunc:
             weight_version=str(step),  # the adapter revision VLLMWeightSync loaded after step `step`
         )
         specs = []
-        for prompt, group in zip(prompts, _groups(prompts), strict=True):
+        groups = _groups(prompts)
+        for prompt, group in zip(prompts, groups, strict=True):
             specs.append(_spec(prompt, self.env, seed=self.seed * 1_000_003 + step * 1_009 + group))
-        episodes = play_agent_many(
-            gym, self.agent, specs, config, concurrency=self.concurrency, api_key=self.api_key
-        )
-        rollouts = loop.run(episodes)
+        if self.max_staleness:
+            rollouts = loop.run(self._buffered_step(gym, config, specs, groups, step))
+        else:
+            episodes = play_agent_many(
+                gym, self.agent, specs, config, concurrency=self.concurrency, api_key=self.api_key
+            )
+            rollouts = loop.run(episodes)
         self.last_rollouts = rollouts
         scored = [r.reward for r in rollouts if r.reward is not None]
         self.history.append(
@@ -106,6 +134,30 @@ class AgentRolloutFunc:
             }
         )
         return self._to_trl(rollouts, prompts, int(trainer.args.max_completion_length))
+
+    async def _buffered_step(
+        self, gym: GymClient, config: GatewayConfig, specs: list[EpisodeSpec], groups: list[int], step: int
+    ) -> list[AgentRollout]:
+        """The asynchronous step (see `GymRolloutFunc._buffered_step`)."""
+        self._config = config  # the agents started from now on use this step's gateway settings
+        if self._buffered is None:
+            assert self.run is not None  # made up in __post_init__
+            self._buffered = BufferedRollouts(
+                gym,
+                self.run,
+                max_staleness=self.max_staleness,
+                play=self._play_group,
+                concurrency=self.concurrency,
+                policy=self.model,
+            )
+        return await self._buffered.step(step, specs, groups)
+
+    async def _play_group(self, group_id: str, specs: Sequence[EpisodeSpec]) -> list[AgentRollout]:
+        assert self._gym is not None and self._config is not None
+        config = replace(self._config, metadata={BUFFER_GROUP_KEY: group_id})
+        return await play_agent_many(
+            self._gym, self.agent, specs, config, concurrency=len(specs), api_key=self.api_key
+        )
 
     def _connect(self) -> tuple[BackgroundLoop, GymClient]:
         if self._loop is None or self._gym is None:
@@ -134,11 +186,13 @@ class AgentRolloutFunc:
     def close(self) -> None:
         """Close the gym connection, the sampling thread and the in-process policy server."""
         if self._loop is not None and self._gym is not None:
+            if self._buffered is not None:
+                self._loop.run(self._buffered.aclose())
             self._loop.run(self._gym.aclose())
             self._loop.stop()
         if self._policy is not None:
             self._policy.stop()
-        self._loop = self._gym = self._policy = None
+        self._loop = self._gym = self._policy = self._buffered = None
 
 
 async def _client(url: str, api_key: str | None) -> GymClient:

@@ -23,6 +23,12 @@ episode, then the group's other samples forked from its turns, the prefix genera
 columns stay exact (the prefix's tokens verbatim), and the extras `gym_parent_session_id`,
 `gym_branch_turn` and `gym_branch_token` say where it branches (None on the root and in flat groups).
 
+Asynchronous rollouts: `max_staleness=k` (k >= 1) plays the next steps' groups while this one trains,
+through the gym's rollout buffer (`BufferedRollouts`, docs/rollout-buffer.md): every call announces the
+trainer's step as the policy version and returns complete groups at most k versions old; 0 (the
+default) is the synchronous loop. It needs a policy server (a `CompletionsSampler`): the in-process
+`LocalSampler` would sample from weights the optimizer is writing.
+
 Tracking: pass `tracker=open_tracker(...)` (`trainer_adapters.tracking`) and every step's episodes are
 logged as `rollout_metrics` at the trainer's global step; the caller finishes the tracker.
 """
@@ -32,11 +38,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gym_trainer._loop import BackgroundLoop
+from gym_trainer.buffered import BUFFER_GROUP_KEY, BufferedRollouts
 from gym_trainer.chat import ChatRenderer
 from gym_trainer.client import GymClient
 from gym_trainer.driver import DriverConfig, EpisodeSpec, Rollout, RolloutDriver, summarize
@@ -158,6 +166,8 @@ class GymRolloutFunc:
         tracker: where each step's `rollout_metrics` are logged (none by default).
         api_key: the gym's key, when it requires one (default `$GYM_API_KEY`).
         tree: sample each group as a tree of this shape (module docstring); None: flat groups.
+        max_staleness: 0: synchronous; k >= 1: asynchronous, groups at most k steps old (needs a
+            policy server; `run` names the policy run, one is made up when None).
     """
 
     gym_url: str | list[str]
@@ -170,11 +180,22 @@ class GymRolloutFunc:
     tracker: Tracker | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     tree: TreeShape | None = None
+    max_staleness: int = 0
     last_rollouts: list[Rollout] = field(default_factory=list, repr=False)
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _loop: BackgroundLoop | None = field(default=None, repr=False)
     _gym: GymClient | None = field(default=None, repr=False)
     _renderer: ChatRenderer | None = field(default=None, repr=False)
+    _buffered: BufferedRollouts[Rollout] | None = field(default=None, repr=False)
+    _config: DriverConfig | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise ValueError(f"max_staleness is a number of steps, at least 0; got {self.max_staleness}")
+        if self.max_staleness and self.tree is not None:
+            raise ValueError("tree groups are played synchronously: give max_staleness=0 with tree=")
+        if self.max_staleness and self.run is None:
+            self.run = f"trl-async-{uuid.uuid4().hex[:12]}"
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         loop, gym = self._connect()
@@ -206,16 +227,45 @@ class GymRolloutFunc:
             spec = _spec(prompt, self.env, seed=self.seed * 1_000_003 + step * 1_009 + group)
             sample_seed = None if config.sampling.seed is None else config.sampling.seed + i
             specs.append(EpisodeSpec(spec.env, spec.task_id, spec.task, spec.seed, sample_seed))
-        driver = RolloutDriver(gym, self.sampler, self._renderer, config)
-        if self.tree is None:
-            rollouts = loop.run(driver.run_many(specs, self.concurrency))
+        if self.max_staleness:
+            rollouts = loop.run(self._buffered_step(gym, config, specs, groups, step))
         else:
-            rollouts = loop.run(_tree_groups(driver, gym, specs, groups, self.tree, self.concurrency))
+            driver = RolloutDriver(gym, self.sampler, self._renderer, config)
+            if self.tree is None:
+                rollouts = loop.run(driver.run_many(specs, self.concurrency))
+            else:
+                rollouts = loop.run(_tree_groups(driver, gym, specs, groups, self.tree, self.concurrency))
         self.last_rollouts = rollouts
         self.history.append({"step": step, **summarize(rollouts)})
         if self.tracker is not None:
             self.tracker.log(rollout_metrics(rollouts), step)
         return self._to_trl(rollouts, prompts)
+
+    async def _buffered_step(
+        self, gym: GymClient, config: DriverConfig, specs: list[EpisodeSpec], groups: list[int], step: int
+    ) -> list[Rollout]:
+        """The asynchronous step: this step's groups go to the producer, and as many complete groups
+        (of this step's prompts or earlier ones) come back, flattened in group order."""
+        self._config = config  # the groups played from now on sample with this step's settings
+        if self._buffered is None:
+            if isinstance(self.sampler, LocalSampler):
+                raise ValueError(
+                    "max_staleness > 0 samples while the trainer trains: give GymRolloutFunc a policy "
+                    "server (sampler=CompletionsSampler(...)), not the trainer's own model"
+                )
+            assert self.run is not None  # made up in __post_init__
+            play, concurrency = self._play_group, self.concurrency
+            self._buffered = BufferedRollouts(
+                gym, self.run, max_staleness=self.max_staleness, play=play, concurrency=concurrency
+            )
+        return await self._buffered.step(step, specs, groups)
+
+    async def _play_group(self, group_id: str, specs: Sequence[EpisodeSpec]) -> list[Rollout]:
+        assert self._gym is not None and self.sampler is not None and self._renderer is not None
+        assert self._config is not None
+        config = replace(self._config, metadata={**self._config.metadata, BUFFER_GROUP_KEY: group_id})
+        driver = RolloutDriver(self._gym, self.sampler, self._renderer, config)
+        return await driver.run_many(specs, len(specs))
 
     def _connect(self) -> tuple[BackgroundLoop, GymClient]:
         if self._loop is None or self._gym is None:
@@ -243,11 +293,13 @@ class GymRolloutFunc:
     def close(self) -> None:
         """Close the gym connection and the sampling thread (the trainer's model is left alone)."""
         if self._loop is not None and self._gym is not None:
+            if self._buffered is not None:
+                self._loop.run(self._buffered.aclose())
             self._loop.run(self._gym.aclose())
             if self.sampler is not None:
                 self._loop.run(self.sampler.aclose())
             self._loop.stop()
-        self._loop = self._gym = None
+        self._loop = self._gym = self._buffered = None
 
 
 async def _tree_groups(
