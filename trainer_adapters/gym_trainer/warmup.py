@@ -140,6 +140,7 @@ def tiny_counter_recipe(
     api_key: str | None = None,
     steps: int = 100,
     hidden_size: int = 64,
+    amounts: Sequence[int] = (1, 2, 3, 4),
 ) -> tuple[Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
     """The tiny model, warmed up on counter tool calls, with its offset tasks split in train and held-out.
 
@@ -149,6 +150,8 @@ def tiny_counter_recipe(
     `api_key`: the gym's key, when it requires one (default `$GYM_API_KEY`). `steps`: supervised steps; at
     100 many calls sampled at temperature 1 are malformed (1 in 8 well-formed, seen once), at 300 nearly none.
     `hidden_size`: 128 for a model vLLM's CPU attention serves (`models.VLLM_TINY_HIDDEN_SIZE`).
+    `amounts`: the `add` amounts shown; `(3,)` teaches the one move that solves these tasks (the offset
+    is 3), what `models.export_tiny_counter` builds for the docs' examples.
     """
     from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
 
@@ -157,7 +160,7 @@ def tiny_counter_recipe(
     with SyncGymClient(gym_url, api_key=api_key) as gym:
         tasks = counter_offset_tasks(gym, n_tasks)
     train, held_out = tasks[: n_tasks // 2], tasks[n_tasks // 2 :]
-    warm_up_counter(model, tokenizer, train, steps=steps, seed=seed)
+    warm_up_counter(model, tokenizer, train, amounts=amounts, steps=steps, seed=seed)
     return model, tokenizer, train, held_out
 
 
