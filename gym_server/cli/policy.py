@@ -23,6 +23,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gym_server.cli.local_gym import local_gym
 from gym_server.cli.placement import DeviceOption, DtypeOption, placement_or_exit
 from gym_server.core.extras import needs_extras
 from gym_server.core.settings import data_dir
@@ -100,7 +101,6 @@ TINY_COUNTER = "tiny-counter"
 
 def tiny_counter(seed: int = 0) -> Path:
     """The folder of `tiny-counter` (seed `seed`) under `$GYM_HOME/models/`, built there the first time."""
-    from gym_server.cli.demo import local_gym
     from gym_trainer.models import export_tiny_counter, tiny_counter_folder
 
     folder = tiny_counter_folder(data_dir() / "models", seed)

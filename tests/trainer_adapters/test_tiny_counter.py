@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import AppHarness, serving
+from gateway_helpers import open_episode
 from mcptest import open_session
 
 pytest.importorskip("transformers")
@@ -50,11 +51,7 @@ def test_it_is_built_once_and_then_loaded_from_its_folder(
 
 async def play(gym: AppHarness, upstream: str, rounds: int = 4) -> tuple[dict[str, Any], list[str]]:
     """One gateway episode of the docs' task, played by a plain OpenAI loop: (the session, tools called)."""
-    body = {"env": "counter", "task_id": TASK, "seed": SEED}
-    body["gateway"] = {"upstream": upstream, "model": policy_cli.TINY_COUNTER}
-    created = await gym.client.post("/v1/sessions", json=body)
-    assert created.status_code == 201, created.text
-    episode = created.json()
+    episode = await open_episode(gym, upstream, task_id=TASK, seed=SEED, model=policy_cli.TINY_COUNTER)
     base, mcp = episode["gateway"]["base_url"], await open_session(gym.client, episode["gateway"]["mcp_url"])
     messages, called = list(episode["messages"]), []
     for _ in range(rounds):

@@ -33,26 +33,34 @@ _READ = {
 }
 
 
-def counter_offset_tasks(gym: SyncGymClient, n: int, offset: int = 3) -> list[dict[str, Any]]:
-    """n inline counter tasks (`learn-i`, seed i) with target = start + offset.
+def counter_offset_tasks(
+    gym: SyncGymClient,
+    n: int,
+    offset: int = 3,
+    *,
+    first_seed: int = 0,
+    prefix: str = "learn",
+    run: str = "warmup-probe",
+    metadata: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """n inline counter tasks `<prefix>-<seed>` (seeds `first_seed` up), with target = start + offset.
 
     Each entry: `task` (the inline task), `seed`, `start`, and the session's `opening` messages and
-    `tools` (for rendering warm-up examples exactly as episodes will be rendered).
+    `tools` (for rendering warm-up examples exactly as episodes will be rendered). A task's start value
+    is the gym's: one probe episode reads it (stored as run `run`, with `metadata`, and left `abandoned`
+    once read), so the environment stays a black box.
     """
     tasks = []
-    for i in range(n):
-        probe_task = {"id": f"learn-{i}", "prompt": "probe", "answer": 0}
-        probe = gym.create_session("counter", task=probe_task, seed=i, run="warmup-probe")
+    for seed in range(first_seed, first_seed + n):
+        name = f"{prefix}-{seed}"
+        probe_task = {"id": name, "prompt": "probe: read the start value", "answer": 0}
+        probe = gym.create_session("counter", task=probe_task, seed=seed, run=run, metadata=metadata)
         start = int(gym.step(probe.session_id, _READ).messages[0]["content"])
         gym.close(probe.session_id)
         target = start + offset
-        task = {
-            "id": f"learn-{i}",
-            "prompt": f"Bring the counter to {target}, then submit.",
-            "answer": target,
-        }
+        task = {"id": name, "prompt": f"Bring the counter to {target}, then submit.", "answer": target}
         tasks.append(
-            {"task": task, "seed": i, "start": start, "opening": probe.messages, "tools": probe.tools}
+            {"task": task, "seed": seed, "start": start, "opening": probe.messages, "tools": probe.tools}
         )
     return tasks
 
