@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +49,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sessions_system import machine_description
-from rollouts import free_port, wait_ready
+
+from gym_server.cli.local_gym import local_gym
 
 TARGET = 0.05
 
@@ -265,28 +265,13 @@ def main() -> None:
         args.model, args.episodes, args.repeats, args.max_completion = "tiny-cold", 2, 1, 32
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     machine = machine_description()
-    with tempfile.TemporaryDirectory(prefix="bench-adapters-") as tmp:
-        port = free_port()
-        env = {
-            **os.environ,
-            "GYM_DATABASE_URL": f"sqlite:///{Path(tmp) / 'gym.db'}",
-            "GYM_LOG_LEVEL": "warning",
-        }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gym_server.cli.main", "serve", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        gym_url = f"http://127.0.0.1:{port}"
-        try:
-            wait_ready(f"{gym_url}/readyz", server)
-            model, tokenizer, tasks = load(args.model, gym_url, args.episodes)
-            setup = Setup(model, tokenizer, gym_url, tasks, args.max_turns, args.max_completion)
-            results = [asyncio.run(measure(setup, row, args.repeats)) for row in rows()]
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-adapters-") as tmp,
+        local_gym(None, Path(tmp) / "gym.db") as gym_url,
+    ):
+        model, tokenizer, tasks = load(args.model, gym_url, args.episodes)
+        setup = Setup(model, tokenizer, gym_url, tasks, args.max_turns, args.max_completion)
+        results = [asyncio.run(measure(setup, row, args.repeats)) for row in rows()]
     print(report(results, machine, args))
 
 

@@ -205,7 +205,7 @@ def main() -> None:
     if not set(policies) <= {"local", "vllm"}:
         raise SystemExit("--policy takes local, vllm or local,vllm")
     print(f"load average at the start: {os.getloadavg()[0]:.2f}")
-    from gym_server.cli.demo import local_gym
+    from gym_server.cli.local_gym import local_gym
 
     with (
         tempfile.TemporaryDirectory(prefix="gpu-step-") as tmp,

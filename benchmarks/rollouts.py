@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from gym_server.cli.local_gym import local_gym
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -238,25 +240,15 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from gym_trainer.chat import ChatRenderer  # noqa: F401  (fail early without the extra)
 
-    with tempfile.TemporaryDirectory(prefix="gym-bench-rollouts-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="gym-bench-rollouts-") as tmp,
+        local_gym(None, Path(tmp) / "gym.db") as gym_url,
+    ):
         workdir = Path(tmp)
-        gym_port, policy_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            "GYM_DATABASE_URL": f"sqlite:///{workdir / 'gym.db'}",
-            "GYM_LOG_LEVEL": "warning",
-            "GYM_SERVER_NAME": "bench-rollouts",
-        }
-        gym = subprocess.Popen(
-            [sys.executable, "-m", "gym_server.cli.main", "serve", "--port", str(gym_port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        policy_port = free_port()
+        env = {**os.environ, "GYM_LOG_LEVEL": "warning"}
         policy: subprocess.Popen[bytes] | None = None
         try:
-            gym_url = f"http://127.0.0.1:{gym_port}"
-            wait_ready(f"{gym_url}/readyz", gym)
             folder, tasks = prepare_policy(workdir, args.warmup_steps, gym_url)
             policy = subprocess.Popen(
                 [
@@ -286,10 +278,9 @@ def main() -> None:
             measures = asyncio.run(benchmark(args, gym_url, policy_url, tasks, tokenizer))
             load_after = os.getloadavg()
         finally:
-            for process in (policy, gym):
-                if process is not None and process.poll() is None:
-                    process.terminate()
-                    process.wait(timeout=30)
+            if policy is not None and policy.poll() is None:
+                policy.terminate()
+                policy.wait(timeout=30)
     rendered, overhead = table(measures)
     machine = (
         f"{platform.machine()}, {os.cpu_count()} cores; Python {platform.python_version()}; "

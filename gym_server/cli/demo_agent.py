@@ -43,7 +43,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gym_server.cli.demo import evaluate_held_out, local_gym
+from gym_server.cli.heldout import evaluate_held_out
+from gym_server.cli.local_gym import local_gym
 from gym_trainer.trl import grpo_args, lora_config
 
 if TYPE_CHECKING:

@@ -31,6 +31,7 @@ __all__ = [
     "SessionSettings",
     "Settings",
     "StoreSettings",
+    "data_dir",
     "default_store_path",
     "get_settings",
     "stray_store_path",
@@ -40,18 +41,26 @@ __all__ = [
 LEGACY_DB_PATH = Path("var/gym.db")
 
 
+def data_dir() -> Path:
+    """The gym's own data folder: `$GYM_HOME` when set, else `${XDG_DATA_HOME:-~/.local/share}/gym-server`.
+
+    Read on each call (not at import), so a test or a command that sets `GYM_HOME` moves everything the
+    gym keeps on disk: the default store and the caches environments keep under `cache/`.
+    """
+    home = os.environ.get("GYM_HOME")
+    if home:
+        return Path(home).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser() / "gym-server"
+
+
 def default_store_path() -> Path:
     """The SQLite file used when neither `GYM_STORE__URL` nor `GYM_STORE__PATH` says otherwise.
 
     It never depends on the current directory (a command run from elsewhere would find nothing and start
-    a second, empty store): `$GYM_HOME/gym.db` when `GYM_HOME` is set, else the XDG data folder,
-    `${XDG_DATA_HOME:-~/.local/share}/gym-server/gym.db`.
+    a second, empty store): `gym.db` in `data_dir()`.
     """
-    home = os.environ.get("GYM_HOME")
-    if home:
-        return Path(home).expanduser() / "gym.db"
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data).expanduser() / "gym-server" / "gym.db"
+    return data_dir() / "gym.db"
 
 
 class SessionSettings(BaseModel):

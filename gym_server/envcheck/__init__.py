@@ -81,7 +81,7 @@ def check_environment(
         detail = f"no tasks in split {chosen or '-'}: nothing to check"
         checks = [CheckResult(name="tasks", status="fail", detail=detail)]
         return EnvCheckReport(**report_facts, checks=checks, seconds=round(time.perf_counter() - started, 2))
-    sample = [entry.dataset.task_at(chosen, index) for index in range(min(tasks, sizes[chosen]))]
+    sample = entry.dataset.task_range(chosen, 0, min(tasks, sizes[chosen]))
     context = CheckContext(entry, chosen, sample, limits or LimitSettings())
     from gym_verifiers.math import close_shared_pool
 

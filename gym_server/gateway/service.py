@@ -269,6 +269,24 @@ class Gateways:
             FailureClass.MAX_TRANSCRIPT_BYTES.value,
         )
 
+    async def _send(self, gateway: EpisodeGateway, request: bytes) -> UpstreamResponse:
+        """POST one chat call upstream under the call's deadline; the answer's head is read, its body not.
+
+        Raises:
+            GatewayError: the upstream answered other than 200 (its refusal, passed on).
+            UpstreamError: the connection failed or the deadline passed.
+        """
+        response = await self.client.request(
+            "POST",
+            gateway.target.join("/v1/chat/completions"),
+            gateway.json_headers,
+            request,
+            deadline=self._deadline(),
+        )
+        if response.status != 200:
+            raise await self._refusal(gateway, response.status, await _error_body(response))
+        return response
+
     async def chat(self, session_id: str, body: dict[str, Any]) -> bytes:
         """One non-streamed chat call: the upstream's answer (its JSON bytes as they came, the key
         redacted), recorded; or the episode-over answer."""
@@ -281,15 +299,7 @@ class Gateways:
         version = await self._version(session, gateway)
         sent = time.perf_counter()
         try:
-            response = await self.client.request(
-                "POST",
-                gateway.target.join("/v1/chat/completions"),
-                gateway.json_headers,
-                request,
-                deadline=self._deadline(),
-            )
-            if response.status != 200:
-                raise await self._refusal(gateway, response.status, await _error_body(response))
+            response = await self._send(gateway, request)
             content = gateway.redact(await response.read(allowance))
         except UpstreamTooLarge as exc:
             raise await self._fail(gateway, self._over_budget(f"the answer ({exc.size} bytes)")) from None
@@ -319,15 +329,7 @@ class Gateways:
         version = await self._version(session, gateway)
         sent = time.perf_counter()
         try:
-            response = await self.client.request(
-                "POST",
-                gateway.target.join("/v1/chat/completions"),
-                gateway.json_headers,
-                request,
-                deadline=self._deadline(),
-            )
-            if response.status != 200:
-                raise await self._refusal(gateway, response.status, await _error_body(response))
+            response = await self._send(gateway, request)
         except UpstreamError as exc:
             raise await self._failed(gateway, exc) from None
         return self._forward(gateway, body, _Upstream(response, started, sent, allowance, version))

@@ -133,6 +133,14 @@ class Dataset:
         """Task `index` of `split` (a generated dataset makes just that one)."""
         return self.tasks(split)[index]
 
+    def task_range(self, split: str, start: int, stop: int) -> list[Task]:
+        """Tasks `start` up to `stop` of `split` (a page of the catalog).
+
+        One call a page, so a generated dataset can serve the page from a cache of its own, or make its
+        missing tasks together (in parallel), instead of one `task_at` at a time.
+        """
+        return self.tasks(split)[max(0, start) : max(0, stop)]
+
     def indexed(self, task_id: str) -> Task | None:
         """What `get(task_id)` answers when that is a lookup in an index already in memory, else None.
 

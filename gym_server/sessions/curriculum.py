@@ -187,7 +187,7 @@ def curriculum_for(
         SplitNotFound: no such split, or it holds no tasks.
     """
     name = entry.split_name(split)
-    task_ids = [entry.dataset.task_at(name, index).id for index in range(entry.dataset.split_sizes()[name])]
+    task_ids = [task.id for task in entry.dataset.task_range(name, 0, entry.dataset.split_sizes()[name])]
     passes: Mapping[str, TaskPasses] = {}
     if choice.rule != "uniform" and policy is not None:
         where = TrajectoryFilter(env=entry.name, policy=policy, run=choice.run, tenant=tenant)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import trl
 
-from gym_server.cli.demo import local_gym
+from gym_server.cli.local_gym import local_gym
 from gym_trainer.trl import grpo_args
 from gym_trainer.devices import resolve
 from gym_trainer.models import load_policy

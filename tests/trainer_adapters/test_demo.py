@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from gym_server.cli import demo as demo_module
 from gym_server.cli.demo import _check_shaping_components, demo
+from gym_server.cli.heldout import task_interval
 from gym_server.core.extras import EXTRA_OF_MODULE, MissingExtra
 from gym_server.core.settings import LimitSettings
 from gym_server.scoring.rescoring import Rescorer
@@ -111,13 +112,13 @@ def test_the_held_out_interval_is_over_tasks_not_episodes() -> None:
     from gym_server.cli.rollouts import confidence_interval
 
     per_task = [0.0] * 8 + [1.0] * 8
-    low, high = demo_module.task_interval(per_task)
+    low, high = task_interval(per_task)
     assert low < 0.5 < high
-    assert demo_module.task_interval(per_task) == (low, high)  # seeded: the report is reproducible
+    assert task_interval(per_task) == (low, high)  # seeded: the report is reproducible
     episodes = [reward for reward in per_task for _ in range(4)]
     assert (high - low) / 2 > 1.8 * confidence_interval(episodes)
-    assert demo_module.task_interval([1.0] * 16) == (1.0, 1.0)
-    assert demo_module.task_interval([]) == (0.0, 0.0)
+    assert task_interval([1.0] * 16) == (1.0, 1.0)
+    assert task_interval([]) == (0.0, 0.0)
 
 
 def test_the_default_model_is_the_one_make_demo_installs_for(monkeypatch: pytest.MonkeyPatch) -> None:

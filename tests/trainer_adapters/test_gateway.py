@@ -12,26 +12,13 @@ import httpx
 import orjson
 import pytest
 from conftest import AppHarness, serving
-
-GATEWAY_TURNS = "gateway"
+from gateway_helpers import gateway_calls, open_episode
 
 
 @pytest.fixture
 async def gym(tmp_path: Path) -> AsyncIterator[AppHarness]:
     async with serving(tmp_path) as harness:
         yield harness
-
-
-async def open_episode(gym: AppHarness, upstream: str, **gateway: Any) -> dict[str, Any]:
-    body = {
-        "env": "counter",
-        "task_id": "counter-0000",
-        "seed": 0,
-        "gateway": {"upstream": upstream, **gateway},
-    }
-    created = await gym.client.post("/v1/sessions", json=body)
-    assert created.status_code == 201, created.text
-    return dict(created.json())
 
 
 def chat_body(episode: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -49,7 +36,7 @@ async def stored_calls(gym: AppHarness, session_id: str) -> list[dict[str, Any]]
     closed = await gym.client.delete(f"/v1/sessions/{session_id}")
     assert closed.status_code == 204
     record = (await gym.client.get(f"/v1/rollouts/{session_id}")).json()  # a 204 follows the commit
-    return [turn for turn in record["turns"] if turn.get("source") == GATEWAY_TURNS]
+    return gateway_calls(record)
 
 
 async def test_a_recorded_call_holds_the_tokens_the_policy_sampled(gym: AppHarness, policy_url: str) -> None:

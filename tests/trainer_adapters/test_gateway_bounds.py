@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import AppHarness, serving
+from gateway_helpers import gateway_calls, open_episode, openai_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,18 +119,6 @@ async def gym(tmp_path: Path) -> AsyncIterator[AppHarness]:
         yield harness
 
 
-async def open_episode(gym: AppHarness, upstream: str, **gateway: Any) -> dict[str, Any]:
-    body = {
-        "env": "counter",
-        "task_id": "counter-0000",
-        "seed": 0,
-        "gateway": {"upstream": upstream, **gateway},
-    }
-    created = await gym.client.post("/v1/sessions", json=body)
-    assert created.status_code == 201, created.text
-    return dict(created.json())
-
-
 async def chat(gym: AppHarness, episode: dict[str, Any], **extra: Any) -> Any:
     body = {"messages": [{"role": "user", "content": "hi"}], **extra}
     return await gym.client.post(f"{episode['gateway']['base_url']}/chat/completions", json=body)
@@ -139,13 +128,7 @@ async def stored(gym: AppHarness, episode: dict[str, Any]) -> tuple[str, str | N
     """The stored row's status, failure, number of recorded gateway calls and JSON."""
     row = await gym.client.get(f"/v1/rollouts/{episode['session_id']}")
     record = row.json()
-    calls = [turn for turn in record["turns"] if turn.get("source") == "gateway"]
-    return record["status"], record["failure"], len(calls), row.content
-
-
-def error_of(response: Any, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    return dict(response.json()["error"])
+    return record["status"], record["failure"], len(gateway_calls(record)), row.content
 
 
 def last_event(response: Any) -> dict[str, Any]:
@@ -172,7 +155,7 @@ async def test_a_whole_answer_over_the_budget_is_refused_and_not_recorded(
 ) -> None:
     async with scripted(script) as url:
         episode = await open_episode(gym, url)
-        error = error_of(await chat(gym, episode), 413)
+        error = openai_error(await chat(gym, episode), 413)
     assert error["code"] == "max_transcript_bytes" and "transcript budget" in error["message"]
     status, failure, calls, row = await stored(gym, episode)
     assert (status, failure, calls) == ("failed", "max_transcript_bytes", 0)
@@ -398,7 +381,7 @@ async def test_an_upstream_that_trickles_is_cut_at_the_call_deadline(gym: AppHar
     async with scripted(script) as url:
         episode = await open_episode(gym, url)
         if script is trickle:
-            error = error_of(await chat(gym, episode), 504)
+            error = openai_error(await chat(gym, episode), 504)
         else:
             error = last_event(await chat(gym, episode, stream=True))["error"]
     assert error["code"] == "policy_timeout" and "GYM_GATEWAY__CALL_DEADLINE_S" in error["message"]
@@ -456,9 +439,9 @@ async def test_body_refusals_on_the_openai_routes_are_in_openais_shape(tmp_path:
         episode = await open_episode(gym, url)
         path = f"{episode['gateway']['base_url']}/chat/completions"
         text = await gym.client.post(path, content=b"{}", headers={"content-type": "text/plain"})
-        assert error_of(text, 415)["code"] == "unsupported-media-type"
+        assert openai_error(text, 415)["code"] == "unsupported-media-type"
         large = await gym.client.post(path, json={"messages": [{"role": "user", "content": "x" * 8192}]})
-        assert error_of(large, 413)["code"] == "payload-too-large"
+        assert openai_error(large, 413)["code"] == "payload-too-large"
         native = await gym.client.post("/v1/sessions", content=b"{}", headers={"content-type": "text/plain"})
         assert native.status_code == 415 and native.headers["content-type"] == "application/problem+json"
 

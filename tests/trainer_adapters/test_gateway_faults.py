@@ -16,6 +16,7 @@ import pytest
 from conftest import AppHarness, free_port, serving
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from gateway_helpers import gateway_calls, open_episode, openai_error
 
 from gym_server.api.routers.gateway import _EventStream
 
@@ -82,18 +83,6 @@ async def gym(tmp_path: Path) -> AsyncIterator[AppHarness]:
         yield harness
 
 
-async def open_episode(gym: AppHarness, upstream: str, **gateway: Any) -> dict[str, Any]:
-    body = {
-        "env": "counter",
-        "task_id": "counter-0000",
-        "seed": 0,
-        "gateway": {"upstream": upstream, **gateway},
-    }
-    created = await gym.client.post("/v1/sessions", json=body)
-    assert created.status_code == 201, created.text
-    return dict(created.json())
-
-
 async def chat(gym: AppHarness, episode: dict[str, Any], **extra: Any) -> Any:
     body = {"model": "m", "messages": episode["messages"], "tools": episode["tools"], **extra}
     return await gym.client.post(f"{episode['gateway']['base_url']}/chat/completions", json=body)
@@ -101,17 +90,6 @@ async def chat(gym: AppHarness, episode: dict[str, Any], **extra: Any) -> Any:
 
 async def stored(gym: AppHarness, session_id: str) -> dict[str, Any]:
     return dict((await gym.client.get(f"/v1/rollouts/{session_id}")).json())
-
-
-def gateway_calls(record: dict[str, Any]) -> list[dict[str, Any]]:
-    return [turn for turn in record["turns"] if turn.get("source") == "gateway"]
-
-
-def openai_error(response: Any, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert set(error) >= {"message", "type", "code"}
-    return dict(error)
 
 
 @pytest.mark.parametrize(

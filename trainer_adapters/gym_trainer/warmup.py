@@ -33,26 +33,34 @@ _READ = {
 }
 
 
-def counter_offset_tasks(gym: SyncGymClient, n: int, offset: int = 3) -> list[dict[str, Any]]:
-    """n inline counter tasks (`learn-i`, seed i) with target = start + offset.
+def counter_offset_tasks(
+    gym: SyncGymClient,
+    n: int,
+    offset: int = 3,
+    *,
+    first_seed: int = 0,
+    prefix: str = "learn",
+    run: str = "warmup-probe",
+    metadata: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """n inline counter tasks `<prefix>-<seed>` (seeds `first_seed` up), with target = start + offset.
 
     Each entry: `task` (the inline task), `seed`, `start`, and the session's `opening` messages and
-    `tools` (for rendering warm-up examples exactly as episodes will be rendered).
+    `tools` (for rendering warm-up examples exactly as episodes will be rendered). A task's start value
+    is the gym's: one probe episode reads it (stored as run `run`, with `metadata`, and left `abandoned`
+    once read), so the environment stays a black box.
     """
     tasks = []
-    for i in range(n):
-        probe_task = {"id": f"learn-{i}", "prompt": "probe", "answer": 0}
-        probe = gym.create_session("counter", task=probe_task, seed=i, run="warmup-probe")
+    for seed in range(first_seed, first_seed + n):
+        name = f"{prefix}-{seed}"
+        probe_task = {"id": name, "prompt": "probe: read the start value", "answer": 0}
+        probe = gym.create_session("counter", task=probe_task, seed=seed, run=run, metadata=metadata)
         start = int(gym.step(probe.session_id, _READ).messages[0]["content"])
         gym.close(probe.session_id)
         target = start + offset
-        task = {
-            "id": f"learn-{i}",
-            "prompt": f"Bring the counter to {target}, then submit.",
-            "answer": target,
-        }
+        task = {"id": name, "prompt": f"Bring the counter to {target}, then submit.", "answer": target}
         tasks.append(
-            {"task": task, "seed": i, "start": start, "opening": probe.messages, "tools": probe.tools}
+            {"task": task, "seed": seed, "start": start, "opening": probe.messages, "tools": probe.tools}
         )
     return tasks
 
@@ -140,6 +148,7 @@ def tiny_counter_recipe(
     api_key: str | None = None,
     steps: int = 100,
     hidden_size: int = 64,
+    amounts: Sequence[int] = (1, 2, 3, 4),
 ) -> tuple[Any, Any, list[dict[str, Any]], list[dict[str, Any]]]:
     """The tiny model, warmed up on counter tool calls, with its offset tasks split in train and held-out.
 
@@ -149,6 +158,8 @@ def tiny_counter_recipe(
     `api_key`: the gym's key, when it requires one (default `$GYM_API_KEY`). `steps`: supervised steps; at
     100 many calls sampled at temperature 1 are malformed (1 in 8 well-formed, seen once), at 300 nearly none.
     `hidden_size`: 128 for a model vLLM's CPU attention serves (`models.VLLM_TINY_HIDDEN_SIZE`).
+    `amounts`: the `add` amounts shown; `(3,)` teaches the one move that solves these tasks (the offset
+    is 3), what `models.export_tiny_counter` builds for the docs' examples.
     """
     from gym_trainer.models import build_tiny_model, build_tiny_tokenizer
 
@@ -157,7 +168,7 @@ def tiny_counter_recipe(
     with SyncGymClient(gym_url, api_key=api_key) as gym:
         tasks = counter_offset_tasks(gym, n_tasks)
     train, held_out = tasks[: n_tasks // 2], tasks[n_tasks // 2 :]
-    warm_up_counter(model, tokenizer, train, steps=steps, seed=seed)
+    warm_up_counter(model, tokenizer, train, amounts=amounts, steps=steps, seed=seed)
     return model, tokenizer, train, held_out
 
 

@@ -50,15 +50,22 @@ environments answers with the pip command that installs it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import json
 import logging
+import multiprocessing
+import os
 import re
 import threading
+import time
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -68,6 +75,8 @@ from gym_server.sdk.environment import Environment, ForkMode, VerifyResult
 from gym_server.sdk.registry import content_hash
 from gym_server.sdk.tasks import Dataset, Task, TaskFieldError
 from gym_verifiers.format import MAX_CANDIDATES, MAX_TEXT_CHARS, extract_tagged, final_answer
+
+from .task_cache import CHUNK_SIZE, TaskCache, cache_key
 
 __all__ = [
     "AUDIT_FILE",
@@ -119,6 +128,10 @@ SPLIT_SIZES: dict[str, int] = {"train": 1000, "validation": 100}
 MAX_ANSWER_CHARS = 10_000  # or 4x the reference: longer answers are refused (some scorers are superlinear)
 SHOWN_ANSWER_CHARS = 200
 _ENTRY_CACHE_SIZE = 4096
+# Missing chunks are generated in worker processes when the estimate (the first task's time times the
+# tasks to make) passes this; below it, starting the workers (about 2 s each) would cost more than it saves.
+PARALLEL_AFTER_S = 5.0
+MAX_WORKERS = 8
 
 # reasoning-gym's "default" system prompt (reasoning_gym.utils.SYSTEM_PROMPTS), copied so the catalog
 # never needs the package imported.
@@ -210,6 +223,8 @@ class ReasoningGymDataset(Dataset):
 
     Splits are listed at `level`; `get()` serves any level of the generator's curriculum. Generated
     entries (reasoning-gym's dicts, which its scorers need verbatim) are cached, at most 4096 of them.
+    Listed tasks (`task_range`, `tasks`) go through `cache`, a disk cache of whole chunks of 100
+    (`task_cache.py`): generated once per machine, in worker processes when that is worth it.
     """
 
     def __init__(
@@ -219,13 +234,16 @@ class ReasoningGymDataset(Dataset):
         sizes: Mapping[str, int] = SPLIT_SIZES,
         *,
         levels: int | None = None,
+        cache: TaskCache | None = None,
     ) -> None:
         super().__init__(f"reasoning_gym/{generator}", root=Path(__file__).resolve().parent)
         self.generator = generator
         self.level = level
         self.top_level = levels  # the highest level served; None: the audit's max_level
         self.sizes = dict(sizes)
+        self.cache = cache if cache is not None else TaskCache()
         self._lock = threading.Lock()
+        self._filling = threading.Lock()  # one thread generates missing chunks; the others wait, then read
         self._datasets: dict[tuple[str, int], Any] = {}
         self._entries: dict[str, dict[str, Any]] = {}
         self._split_tasks: dict[str, list[Task]] = {}
@@ -244,7 +262,7 @@ class ReasoningGymDataset(Dataset):
         with self._lock:
             cached = self._split_tasks.get(split)
         if cached is None:
-            cached = [self._task(self.level, split, index) for index in range(self.sizes[split])]
+            cached = self.task_range(split, 0, self.sizes[split])
             with self._lock:
                 self._split_tasks[split] = cached
         return cached
@@ -252,6 +270,99 @@ class ReasoningGymDataset(Dataset):
     def task_at(self, split: str, index: int) -> Task:
         """Task `index` of `split` at the class's level, generated alone (not the whole split)."""
         return self._task(self.level, split, index)
+
+    def task_range(self, split: str, start: int, stop: int) -> list[Task]:
+        """Tasks `start` up to `stop` of `split` at the class's level, as `task_at` makes them.
+
+        Chunks on disk are read; chunks the range covers whole and the disk lacks are generated (in
+        worker processes when that is worth it, see `PARALLEL_AFTER_S`) and stored; the ends of a range
+        that cover part of a missing chunk are generated alone and not stored, so a small page never
+        pays for a whole chunk.
+        """
+        start, stop = max(0, start), min(stop, self.sizes.get(split, 0))
+        if start >= stop:
+            return []
+        key = self._cache_key(split)
+        pieces: dict[int, list[Task]] = {}  # chunk -> its tasks, or the part of them asked for
+        missing: list[int] = []
+        for chunk in range(start // CHUNK_SIZE, (stop - 1) // CHUNK_SIZE + 1):
+            indices = self._chunk_indices(split, chunk)
+            cached = self.cache.read(self.generator, key, split, chunk, self._ids(split, indices))
+            if cached is not None:
+                pieces[chunk] = cached[max(start, indices.start) - indices.start : stop - indices.start]
+            elif start <= indices.start and indices.stop <= stop:
+                missing.append(chunk)
+            else:
+                wanted = range(max(start, indices.start), min(stop, indices.stop))
+                pieces[chunk] = [self._task(self.level, split, index) for index in wanted]
+        if missing:
+            pieces.update(self._fill(split, key, missing))
+        return [task for chunk in sorted(pieces) for task in pieces[chunk]]
+
+    def _chunk_indices(self, split: str, chunk: int) -> range:
+        return range(chunk * CHUNK_SIZE, min(self.sizes.get(split, 0), (chunk + 1) * CHUNK_SIZE))
+
+    def _ids(self, split: str, indices: range) -> list[str]:
+        return [task_id(self.generator, self.level, split, index) for index in indices]
+
+    def _cache_key(self, split: str) -> str:
+        """What decides a split's tasks: generator, level, split, the dataset's configuration (its seed
+        among it), reasoning-gym's version and this module's source."""
+        config = self._dataset(self.level, split).config
+        dataclass = dataclasses.is_dataclass(config) and not isinstance(config, type)
+        fields = dataclasses.asdict(config) if dataclass else vars(config)
+        return cache_key(self.generator, self.level, split, _plain(fields), _rg_version(), _module_hash())
+
+    def _fill(self, split: str, key: str, chunks: list[int]) -> dict[int, list[Task]]:
+        """Whole chunks missing from the disk: generated and stored (one filler per dataset at a time)."""
+        with self._filling:
+            found: dict[int, list[Task]] = {}
+            for chunk in chunks:  # another thread may have filled them while this one waited
+                ids = self._ids(split, self._chunk_indices(split, chunk))
+                cached = self.cache.read(self.generator, key, split, chunk, ids)
+                if cached is not None:
+                    found[chunk] = cached
+            generated = self._generate(split, [chunk for chunk in chunks if chunk not in found])
+            for chunk, tasks in generated.items():
+                self.cache.write(self.generator, key, split, chunk, tasks)
+            return found | generated
+
+    def _generate(self, split: str, chunks: list[int]) -> dict[int, list[Task]]:
+        """The chunks' tasks: in this process, or in worker processes when the first task's time says
+        the rest would take longer than `PARALLEL_AFTER_S` and the machine has more than one core."""
+        if not chunks:
+            return {}
+        self._dataset(self.level, split)  # built before the clock starts: its cost is paid once
+        first = self._chunk_indices(split, chunks[0])
+        clock = time.perf_counter()
+        head = self._task(self.level, split, first.start)
+        estimate = (time.perf_counter() - clock) * sum(len(self._chunk_indices(split, c)) for c in chunks)
+        workers = min(MAX_WORKERS, len(chunks), _cpus())
+        if workers > 1 and estimate > PARALLEL_AFTER_S:
+            try:
+                return self._generate_in_workers(split, chunks, workers)
+            except (BrokenProcessPool, OSError) as exc:
+                log.warning("generating %s's tasks in this process: the workers failed (%s)", self.name, exc)
+        generated = {
+            chunk: [self._task(self.level, split, i) for i in self._chunk_indices(split, chunk)]
+            for chunk in chunks[1:]
+        }
+        rest = [self._task(self.level, split, index) for index in first[1:]]
+        return {chunks[0]: [head, *rest], **generated}
+
+    def _generate_in_workers(self, split: str, chunks: list[int], workers: int) -> dict[int, list[Task]]:
+        """One chunk a job, in spawned processes (a fork of a threaded server could deadlock)."""
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            jobs = {
+                chunk: pool.submit(
+                    _chunk_documents, self.generator, self.level, self.sizes, self.top_level, split, chunk
+                )
+                for chunk in chunks
+            }
+            return {
+                chunk: [Task.model_validate(item) for item in job.result()] for chunk, job in jobs.items()
+            }
 
     def get(self, task_id: str) -> Task | None:
         parsed = parse_task_id(task_id)
@@ -331,6 +442,30 @@ class ReasoningGymDataset(Dataset):
                 "difficulty": _plain(metadata.get("difficulty", {})),
             },
         )
+
+
+def _chunk_documents(
+    generator: str, level: int, sizes: dict[str, int], levels: int | None, split: str, chunk: int
+) -> list[dict[str, Any]]:
+    """A worker process's job: one chunk's tasks as JSON-ready dicts (what the parent validates back)."""
+    dataset = ReasoningGymDataset(generator, level, sizes, levels=levels)
+    indices = dataset._chunk_indices(split, chunk)
+    return [dataset._task(level, split, index).model_dump(mode="json") for index in indices]
+
+
+def _cpus() -> int:
+    """The cores this process may run on (what a pool of workers can use)."""
+    return len(os.sched_getaffinity(0))
+
+
+@cache
+def _rg_version() -> str:
+    return importlib.metadata.version("reasoning-gym")
+
+
+@cache
+def _module_hash() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 class ReasoningGymEnv(Environment):

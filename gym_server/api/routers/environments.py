@@ -3,7 +3,8 @@
 Every handler works in a thread: an environment's first use (version hashes, dataset files, a generator
 family's imports) is blocking work. The server warms each environment before it listens
 (`Registry.warm`), so the threads are quick; they keep the event loop free when something is not warm.
-A page of tasks is built task by task (`Dataset.task_at`), so a generated dataset makes only that page.
+A page of tasks is one `Dataset.task_range` per split, so a generated dataset makes (or reads from its
+cache) only that page.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def task_page(
     for name in names:
         size = sizes.get(name, 0)
         start, stop = skip, min(size, skip + limit - len(page))
-        page.extend(dataset.task_at(name, index).public() for index in range(start, stop))
+        if start < stop:
+            page.extend(task.public() for task in dataset.task_range(name, start, stop))
         skip = max(0, skip - size)
         if len(page) >= limit:
             break
