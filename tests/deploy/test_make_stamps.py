@@ -20,15 +20,10 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    members = [path.relative_to(ROOT) for path in ROOT.glob("*/pyproject.toml")]
-    members += [path.relative_to(ROOT) for path in ROOT.glob("environments/*/pyproject.toml")]
-    for name in (
-        "Makefile",
-        "pyproject.toml",
-        "requirements/lock.txt",
-        "requirements/workspace.txt",
-        *members,
-    ):
+    installs = ["Makefile", "pyproject.toml", "requirements/lock.txt", "requirements/workspace.txt"]
+    members = [str(path.relative_to(ROOT)) for path in ROOT.glob("*/pyproject.toml")]
+    members += [str(path.relative_to(ROOT)) for path in ROOT.glob("environments/*/pyproject.toml")]
+    for name in installs + members:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
     bin_dir = tmp_path / "bin"
