@@ -2,7 +2,8 @@
 those of the EXTRAS named, followed into the workspace's distributions it depends on (the trainer side, the
 verifier library, the task files), and the build backend's. The workspace's own distributions (`gym-*`)
 are built from the tree, so they are left out. The built-in environments add nothing beyond these
-(tests/test_workspace.py checks it), so the image's dependency layer needs only these three pyproject files.
+(tests/test_workspace.py checks it), so the image's dependency layer copies only the pyproject files of
+the service and of these members (a test checks the Dockerfile does).
 
 Usage (from the repository root or the image's build folder): python3 deploy/image_requirements.py [EXTRAS]
 """

@@ -22,6 +22,7 @@ COPY deploy/wheelhouse/ /wheelhouse/
 COPY deploy/image_requirements.py pyproject.toml ./
 COPY trainer_adapters/pyproject.toml trainer_adapters/
 COPY verifiers/pyproject.toml verifiers/
+COPY datasets/pyproject.toml datasets/
 ARG EXTRAS=sandbox
 RUN set -eu; \
     python3 -c 'import sys; assert sys.version_info >= (3, 11), "BASE_IMAGE needs python3 >= 3.11: " + sys.version'; \

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from gymtest import ROOT
+from image_requirements import MEMBERS
 from image_requirements import requirements as image_requirements
 
 from gym_server.core import moved
@@ -56,7 +57,7 @@ def test_a_built_in_environment_is_shaped_like_a_scaffolded_one(folder: Path) ->
 
 @pytest.mark.parametrize("folder", ENVIRONMENTS, ids=lambda folder: folder.name)
 def test_an_environment_needs_nothing_the_service_image_lacks(folder: Path) -> None:
-    """The image's dependency layer reads only three pyproject files (deploy/server.Dockerfile)."""
+    """The image's dependency layer reads only the service's and its members' pyproject files."""
     image = _closure({_name(text) for text in image_requirements(ROOT, ["sandbox"])})
     needed = {_name(text) for text in project(folder)["dependencies"]} - {"gym-server"}
     assert {name for name in needed if not name.startswith("gym-")} <= image
@@ -79,6 +80,13 @@ def _closure(names: set[str]) -> set[str]:
 
 def _name(requirement: str) -> str:
     return requirement.split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower()
+
+
+def test_the_image_copies_every_pyproject_its_dependency_layer_reads() -> None:
+    dockerfile = (ROOT / "deploy" / "server.Dockerfile").read_text()
+    layer = dockerfile[: dockerfile.index("COPY gym_server/")]  # before the sources: the dependency layer
+    for folder in MEMBERS.values():
+        assert f"COPY {folder}/pyproject.toml {folder}/" in layer, folder
 
 
 def test_the_image_requirements_follow_the_members_and_leave_them_out() -> None:
