@@ -19,8 +19,8 @@ const WARM_SCRIPT = join(ROOT, "tests", "interop", "art", "warm_policy.py");
 /** What the warmed weights are a function of: the script and the recipe it runs. */
 const WARM_INPUTS = [
   WARM_SCRIPT,
-  join(ROOT, "gym_server", "trainer_adapters", "warmup.py"),
-  join(ROOT, "gym_server", "trainer_adapters", "models.py"),
+  join(ROOT, "trainer_adapters", "gym_trainer", "warmup.py"),
+  join(ROOT, "trainer_adapters", "gym_trainer", "models.py"),
 ];
 
 export interface WarmPolicy {
