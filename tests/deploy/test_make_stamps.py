@@ -65,6 +65,8 @@ def make(project: Path, target: str, pip_rc: int = 0, *, venv: bool = False) -> 
         "PIP_REQUIRE_VIRTUALENV": "true",
     }
     env.pop("PYTHON", None)
+    for inherited in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):  # an outer `make check PYTHON=...` passes its
+        env.pop(inherited, None)  # command-line variables down through these, overriding the test's own
     interpreter = (
         f"BASE_PYTHON={project / 'bin' / 'base-python'}" if venv else f"PYTHON={project / 'bin' / 'python'}"
     )
