@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,42 +35,6 @@ from typing import Any
 from rollouts import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class TimedSampler:
-    """A `CompletionsSampler` that keeps the time at least one of its requests was in flight."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.token_exact = True
-        self.in_flight = 0
-        self.busy_s = 0.0
-        self._since = 0.0
-
-    @property
-    def weight_version(self) -> str | None:
-        return self.inner.weight_version  # type: ignore[no-any-return]
-
-    @weight_version.setter
-    def weight_version(self, value: str | None) -> None:
-        self.inner.weight_version = value
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()  # type: ignore[no-any-return]
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def sample(self, prompt_ids: Sequence[int], params: Any, stop_token_ids: Sequence[int]) -> Any:
-        if self.in_flight == 0:
-            self._since = time.perf_counter()
-        self.in_flight += 1
-        try:
-            return await self.inner.sample(prompt_ids, params, stop_token_ids)
-        finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self.busy_s += time.perf_counter() - self._since
 
 
 @dataclass
@@ -105,13 +68,13 @@ def play_round(args: argparse.Namespace, mode: str, gym_url: str, policy_url: st
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gym_trainer.samplers import CompletionsSampler
+    from gym_trainer.samplers import BusyTimeSampler, CompletionsSampler
     from gym_trainer.trl import GymRolloutFunc, gym_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    sampler = TimedSampler(CompletionsSampler(policy_url, "tiny", timeout_s=120))
+    sampler = BusyTimeSampler(CompletionsSampler(policy_url, "tiny", timeout_s=120))
     rollout = GymRolloutFunc(
         gym_url,
         sampler=sampler,

@@ -164,7 +164,7 @@ def demo(
     ] = "tiny",
     env: Annotated[str, typer.Option(help="environment for smollm2")] = "reasoning_gym/chain_sum",
     steps: Annotated[
-        int | None, typer.Option(min=1, help="GRPO steps (default: 60 tiny, 30 smollm2; --agent 2 a run)")
+        int | None, typer.Option(min=1, help="GRPO steps (default: 60 tiny, 30 smollm2; --agent 30 a run)")
     ] = None,
     generations: Annotated[
         int | None, typer.Option(min=2, help="GRPO group size (default: 4 tiny, 8 smollm2)")
@@ -228,6 +228,17 @@ def demo(
         str | None,
         typer.Option(help="--policy vllm: vLLM's python (default: $GYM_VLLM_PYTHON, else var/vllm)"),
     ] = None,
+    max_staleness: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="--agent --policy vllm: play the next steps' rollouts while a step trains, at most K "
+            "adapter versions behind (0: each step waits for its own; docs/rollout-buffer.md)",
+        ),
+    ] = 0,
+    compare_sync: Annotated[
+        bool, typer.Option(help="--agent with --max-staleness: each GRPO run also synchronously")
+    ] = False,
 ) -> None:
     """Train a small model with GRPO against the gym (CPU or GPU); print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -259,7 +270,7 @@ def demo(
             sft_steps=sft_steps,
             probe_tasks=probe_tasks,
             grpo_steps=steps or AgentPlan.grpo_steps,
-            generations=generations or 4,
+            generations=generations or AgentPlan.generations,
             prompts_per_step=prompts_per_step,
             eval_tasks=eval_tasks or AgentPlan.eval_tasks,
             max_completion=max_completion or AgentPlan.max_completion,
@@ -268,6 +279,8 @@ def demo(
             grpo_lr=lr or AgentPlan.grpo_lr,
             policy=policy_server,
             vllm_python=vllm_python,
+            max_staleness=max_staleness,
+            compare_sync=compare_sync,
         )
         out = output if output != Path("var/demo") else Path("var/demo-agent")
         run_agent_demo(model, plan, out, placement, seed, gym)

@@ -14,7 +14,9 @@ rewards, then evaluation), and every stage goes through the gym's own parts:
    curriculum (`difficulty` rule over that run's pass rates, docs/curriculum.md) weights the GRPO tasks.
 5. **GRPO** through the token-exact `GymRolloutFunc` (a fresh LoRA adapter on the merged SFT model), once
    with the curriculum's tasks and, with `--compare-uniform` (default), once more from the same warm start
-   with tasks drawn uniformly, so the two sampling rules are measured against each other.
+   with tasks drawn uniformly, so the two sampling rules are measured against each other. With
+   `--max-staleness k` the rollouts of the next steps are played while a step trains (the gym's rollout
+   buffer), and `--compare-sync` adds each run's synchronous twin, for learning curves side by side.
 6. **Held-out evaluation** on the validation split (people no training task names) before anything,
    after SFT and after each GRPO run: runs `<run>-base`, `-sft`, `-eval-grpo-curriculum`,
    `-eval-grpo-uniform`, each under its own policy label, with Wilson 95 % intervals on the success rate.
@@ -68,8 +70,8 @@ class AgentPlan:
     sft_lr: float = 1e-3
     probe_tasks: int = 8
     grpo_steps: int = 30
-    generations: int = 8
-    prompts_per_step: int = 1
+    generations: int = 4
+    prompts_per_step: int = 2
     grpo_lr: float = 1e-3
     eval_tasks: int = 50
     # model and tool tokens of a whole episode: a right one is about 90 with SmolLM2's tokenizer (two calls
@@ -77,6 +79,11 @@ class AgentPlan:
     max_completion: int = 128
     eval_temperature: float = 1.0
     compare_uniform: bool = True
+    # 0: each GRPO step waits for its rollouts; k >= 1: vLLM plays the next steps' groups while this one
+    # trains, at most k adapter versions behind (the gym's rollout buffer, docs/rollout-buffer.md)
+    max_staleness: int = 0
+    # with max_staleness > 0: each GRPO run also once synchronously, from the same warm start
+    compare_sync: bool = False
     # vllm: a real vLLM samples every rollout and evaluation, the trainer's adapter loaded into it after
     # every optimizer step (docs/vllm.md); local: the trainer's own model samples in this process
     policy: str = "vllm"
@@ -174,25 +181,32 @@ def _grpo(
     lora: bool,
     served: _Served | None,
     adapter: str,
-) -> tuple[Any, list[float | None], dict[str, list[float]]]:
+    max_staleness: int,
+) -> tuple[Any, list[float | None], dict[str, Any]]:
     """GRPO through the gym's token-exact rollout path; returns the trained model, its per-step training
-    reward and where each step's time went (`generation`, `weight_update`, `step`).
+    reward and where the time went: per step, `generation` (how long the step waited for its rollouts),
+    `weight_update` and `step` (TRL's step time, the wait included); for the run, `wall`,
+    `generation_busy` (how long vLLM had a request of this run in flight) and `training_busy` (the steps'
+    time less their waits).
 
     With `served`, rollouts sample from vLLM under the adapter's name, and `VLLMWeightSync` loads the
-    trainer's adapter into it before the first step and after every step."""
+    trainer's adapter into it before the first step and after every step; with `max_staleness` > 0 they
+    are played while the previous step trains, through the gym's rollout buffer."""
     trl: Any = importlib.import_module("trl")
     from gym_trainer.trl import GymRolloutFunc, gym_reward
 
     sampler, callbacks, sync = None, [], None
     if served is not None:
-        from gym_trainer.samplers import CompletionsSampler
+        from gym_trainer.samplers import BusyTimeSampler, CompletionsSampler
         from gym_trainer.trl.weight_sync import VLLMWeightSync
         from gym_trainer.vllm import LoraSync
 
         sync = LoraSync(served.url, adapter, output / "adapters")
-        sampler = CompletionsSampler(served.url, adapter, seed_requests=False)
+        sampler = BusyTimeSampler(CompletionsSampler(served.url, adapter, seed_requests=False))
         callbacks.append(VLLMWeightSync(sync))
-    rollout = GymRolloutFunc(gym_url, sampler=sampler, max_turns=4, run=run, seed=seed)
+    rollout = GymRolloutFunc(
+        gym_url, sampler=sampler, max_turns=4, run=run, seed=seed, max_staleness=max_staleness
+    )
     generation: list[float] = []
 
     def timed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -223,17 +237,37 @@ def _grpo(
         peft_config=lora_config() if lora else None,
         callbacks=callbacks,
     )
+    started = time.perf_counter()
     try:
         trainer.train()
     finally:
         rollout.close()
+    wall = time.perf_counter() - started
     steps = [float(log["step_time"]) for log in trainer.state.log_history if "step_time" in log]
     timings = {
         "generation": [round(t, 3) for t in generation],
         "weight_update": [round(t.total_s, 3) for t in sync.timings[1:]] if sync else [],
         "step": [round(t, 3) for t in steps],
+        "wall": round(wall, 1),
+        "generation_busy": round(sampler.busy_s, 1) if sampler is not None else None,
+        "training_busy": round(sum(steps) - sum(generation), 1),
     }
     return trainer.model, [h["mean_reward"] for h in rollout.history], timings
+
+
+def _grpo_runs(
+    samplings: dict[str, dict[str, Any] | None], plan: AgentPlan
+) -> list[tuple[str, dict[str, Any] | None, int]]:
+    """Each GRPO run's name, task choice and staleness bound: one run per sampling rule at
+    `plan.max_staleness` (named `<rule>-async<k>` when asynchronous), and with `compare_sync` its
+    synchronous twin first, so both start from the same warm start."""
+    runs = []
+    for rule, choice in samplings.items():
+        if plan.max_staleness and plan.compare_sync:
+            runs.append((rule, choice, 0))
+        name = f"{rule}-async{plan.max_staleness}" if plan.max_staleness else rule
+        runs.append((name, choice, plan.max_staleness))
+    return runs
 
 
 @dataclass
@@ -294,6 +328,16 @@ def run_agent_demo(
         raise typer.Exit(2)
     if plan.policy not in ("vllm", "local"):
         raise typer.BadParameter("--policy must be vllm or local")
+    refusal = None
+    if plan.max_staleness and plan.policy != "vllm":
+        # asynchronous rollouts sample while the optimizer writes the trainer's weights: they need a
+        # policy server of their own (docs/rollout-buffer.md)
+        refusal = "--max-staleness above 0 needs --policy vllm"
+    elif plan.compare_sync and not plan.max_staleness:
+        refusal = "--compare-sync pairs asynchronous runs with synchronous ones: give --max-staleness"
+    if refusal:
+        console.print(f"[red]error:[/] gym-server demo --agent: {refusal}")
+        raise typer.Exit(2)
     vllm = _Served(_vllm_python(plan), output) if plan.policy == "vllm" else None
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -405,9 +449,9 @@ def run_agent_demo(
             samplings = {"curriculum": choice, **({"uniform": None} if plan.compare_uniform else {})}
             curves: dict[str, list[float | None]] = {}
             rules: dict[str, str] = {}
-            step_times: dict[str, dict[str, list[float]]] = {}
+            step_times: dict[str, dict[str, Any]] = {}
             mark = lap("probe", mark)
-            for name, task_choice in samplings.items():
+            for name, task_choice, staleness in _grpo_runs(samplings, plan):
                 dataset = load_curriculum_dataset(
                     gym_url, [AGENT_ENV], size, task_choice=task_choice, seed=seed
                 )
@@ -426,6 +470,7 @@ def run_agent_demo(
                     lora=lora,
                     served=vllm,
                     adapter=label,
+                    max_staleness=staleness,
                 )
                 mark = lap(f"GRPO ({name})", mark)
                 evals[f"grpo-{name}"] = evaluate(trained, f"eval-grpo-{name}", label)
@@ -437,7 +482,7 @@ def run_agent_demo(
         summary["wilson95"] = wilson_interval(successes, summary["episodes"])
     reward_curve_png(
         output / "reward_curve.png",
-        {f"GRPO training reward ({name} tasks)": curve for name, curve in curves.items()},
+        {f"GRPO training reward ({name})": curve for name, curve in curves.items()},
         title=f"{model} on {AGENT_ENV}: SFT warm start, then GRPO",
         held_out={phase: summary["success_rate"] for phase, summary in evals.items()},
     )

@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from gym_server.cli.demo import demo
-from gym_server.cli.demo_agent import wilson_interval
+from gym_server.cli.demo_agent import AgentPlan, _grpo_runs, wilson_interval
 from gym_server.store.writer import TrajectoryStore
 
 pytestmark = [
@@ -45,6 +45,38 @@ def test_the_agent_demo_without_vllm_says_how_to_get_it(tmp_path: Path) -> None:
     result = run_demo("--agent", "--vllm-python", missing, "--output", str(tmp_path), "--tracker", "none")
     assert result.exit_code == 2
     assert "make vllm" in result.output and "--policy local" in result.output
+    assert not (tmp_path / "demo.json").exists()
+
+
+def test_grpo_runs_pair_each_asynchronous_run_with_its_synchronous_twin() -> None:
+    choice = {"rule": "difficulty"}
+    samplings = {"curriculum": choice, "uniform": None}
+    assert _grpo_runs(samplings, AgentPlan()) == [("curriculum", choice, 0), ("uniform", None, 0)]
+    assert _grpo_runs(samplings, AgentPlan(max_staleness=2)) == [
+        ("curriculum-async2", choice, 2),
+        ("uniform-async2", None, 2),
+    ]
+    assert _grpo_runs({"curriculum": choice}, AgentPlan(max_staleness=1, compare_sync=True)) == [
+        ("curriculum", choice, 0),
+        ("curriculum-async1", choice, 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-staleness", "1", "--policy", "local"], "needs --policy vllm"),
+        (["--compare-sync"], "give --max-staleness"),
+        (["--max-staleness", "-1"], "Invalid value for '--max-staleness'"),
+    ],
+)
+def test_the_agent_demo_refuses_asynchronous_settings_it_cannot_run(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    pytest.importorskip("trl")
+    result = run_demo("--agent", "--output", str(tmp_path), "--tracker", "none", *flags)
+    assert result.exit_code == 2, result.output
+    assert said in result.output
     assert not (tmp_path / "demo.json").exists()
 
 

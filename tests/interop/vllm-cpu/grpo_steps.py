@@ -7,7 +7,8 @@ rewards that differ, so the optimizer moves the adapter. Then
 `python grpo_steps.py train --vllm URL --gym URL --model-dir DIR --steps 3 --output OUT` trains a fresh LoRA
 adapter on `counter` with `GymRolloutFunc` sampling from vLLM under the adapter's name, and
 `VLLMWeightSync` loading the adapter into vLLM before the first step and after every step, each update
-checked by a `LogprobProbe`. It writes `OUT/result.json`: the updates' timings, the probe's records, and
+checked by a `LogprobProbe`; `--max-staleness 1` plays the next step's groups while a step trains
+(the gym's rollout buffer). It writes `OUT/result.json`: the updates' timings, the probe's records, and
 each step's session ids, so that the test reads from the gym which weight version sampled each episode.
 """
 
@@ -60,7 +61,14 @@ def train(options: argparse.Namespace) -> None:
     probe = LogprobProbe(options.vllm, options.adapter, list(prompt.ids), list(completion))
     sync = LoraSync(options.vllm, options.adapter, options.output / "adapters")
     sampler = CompletionsSampler(options.vllm, options.adapter, seed_requests=False)
-    rollout = GymRolloutFunc(options.gym, sampler=sampler, max_turns=3, run="vllm-grpo", seed=0)
+    rollout = GymRolloutFunc(
+        options.gym,
+        sampler=sampler,
+        max_turns=3,
+        run=f"vllm-grpo-staleness{options.max_staleness}",
+        seed=0,
+        max_staleness=options.max_staleness,
+    )
     steps: list[dict[str, object]] = []
     original = rollout.__call__
 
@@ -121,6 +129,7 @@ def main() -> None:
     parser.add_argument("--warm-steps", type=int, default=100)
     parser.add_argument("--adapter", default="policy-lora")
     parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--max-staleness", type=int, default=0, help="GymRolloutFunc's bound (0: sync)")
     options = parser.parse_args()
     (warm if options.what == "warm" else train)(options)
 

@@ -11,7 +11,10 @@
   adapter, which is loaded into vLLM in place before the first step and after each one: after every
   update vLLM's logprobs of a fixed prompt and completion equal the trainer's within bf16's tolerance,
   and they change exactly when the trainer's do; every episode is stored with the adapter revision that
-  sampled it.
+  sampled it;
+- the same asynchronously (`max_staleness=1`, the gym's rollout buffer): vLLM plays the next step's group
+  while a step trains, the adapter still reaches it after every step, and no step trains on a group
+  sampled more than one revision behind it.
 """
 
 from __future__ import annotations
@@ -137,18 +140,22 @@ def test_the_trainer_side_shares_vllms_environment(tmp_path: Path) -> None:
     assert service == [], f"the service's stack is in the trainer's environment: {service}"
 
 
-def test_grpo_steps_push_the_adapter_to_vllm(gym: Gym, vllm_policy: VLLMPolicy, tmp_path: Path) -> None:
-    """The trainer runs from this venv, beside vLLM (TRL's colocated mode needs one environment)."""
-    adapter = "counter-lora"
+def _grpo_steps(gym: Gym, vllm_policy: VLLMPolicy, output: Path, adapter: str, *extra: str) -> Any:
     args = [
         sys.executable, str(HERE / "grpo_steps.py"), "train", "--gym", gym.url, "--vllm", vllm_policy.url,
-        "--model-dir", str(vllm_policy.model_dir), "--output", str(tmp_path), "--steps", "3",
-        "--adapter", adapter,
+        "--model-dir", str(vllm_policy.model_dir), "--output", str(output), "--steps", "3",
+        "--adapter", adapter, *extra,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    return json.loads((output / "result.json").read_text())
+
+
+def test_grpo_steps_push_the_adapter_to_vllm(gym: Gym, vllm_policy: VLLMPolicy, tmp_path: Path) -> None:
+    """The trainer runs from this venv, beside vLLM (TRL's colocated mode needs one environment)."""
+    adapter = "counter-lora"
+    result = _grpo_steps(gym, vllm_policy, tmp_path, adapter)
     assert [u["version"] for u in result["updates"]] == [0, 1, 2, 3]
     probe = result["probe"]
     for record in probe:
@@ -165,3 +172,27 @@ def test_grpo_steps_push_the_adapter_to_vllm(gym: Gym, vllm_policy: VLLMPolicy, 
             assert code == 200
             assert stored["policy"]["model"] == adapter
             assert stored["policy"]["weight_version"] == str(step["step"])
+
+
+def test_asynchronous_grpo_steps_train_within_the_staleness_bound(
+    gym: Gym, vllm_policy: VLLMPolicy, tmp_path: Path
+) -> None:
+    adapter = "counter-lora-async"
+    result = _grpo_steps(gym, vllm_policy, tmp_path, adapter, "--max-staleness", "1")
+    assert [u["version"] for u in result["updates"]] == [0, 1, 2, 3]
+    for record in result["probe"]:  # the adapter reached vLLM after every step, as synchronously
+        assert record["max_abs_diff"] <= BF16_TOLERANCE, record
+    assert [s["step"] for s in result["steps"]] == [0, 1, 2]
+    versions = []
+    for step in result["steps"]:
+        assert len(step["sessions"]) == 4  # one whole group of 4 a step, played while the last trained
+        for session_id in step["sessions"]:
+            code, stored = gym.get(f"/v1/rollouts/{session_id}")
+            assert code == 200
+            assert stored["policy"]["model"] == adapter
+            version = int(stored["policy"]["weight_version"])
+            assert step["step"] - 1 <= version <= step["step"], (step, stored["policy"])
+            versions.append(version)
+    code, run = gym.get("/v1/policy-runs/vllm-grpo-staleness1")
+    assert code == 200, run
+    assert run["max_staleness"] == 1 and run["version"] >= 2
