@@ -124,7 +124,7 @@ async def open_episode(client: httpx.AsyncClient, url: str) -> str:
 
 
 async def closed_episodes_rss(
-    client: httpx.AsyncClient, url: str, episodes: int, marks: tuple[int, ...] = (100,)
+    client: httpx.AsyncClient, url: str, episodes: int, marks: tuple[int, ...] = (100, 1000, 2000)
 ) -> list[tuple[int, float]]:
     """RSS (MB, after `malloc_trim`) after one warm-up episode (0), after each of `marks` below
     `episodes`, and after `episodes` more, each one call then closed: flat after the first ones when
