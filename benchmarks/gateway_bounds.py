@@ -1,6 +1,7 @@
 """What the episode gateway's bounds (issue 37) leave an upstream able to cost the gym: the CPU to
 assemble a 64k-token stream (one token an event, fed as it arrives), the gym's RSS after 1,000 closed
-episodes that each made one call with a long prompt (the per-episode state that outlived them before),
+episodes that each made one call with a long prompt (the per-episode state that outlived them before;
+the catalog warmed up before serving, so its imports are not counted as the episodes'),
 and the event loop's worst lag while one episode's upstream streams 40 MB (cut at the transcript
 budget, 8 MiB).
 
@@ -122,8 +123,12 @@ async def open_episode(client: httpx.AsyncClient, url: str) -> str:
     return str(created["gateway"]["base_url"])
 
 
-async def closed_episodes_rss(client: httpx.AsyncClient, url: str, episodes: int) -> tuple[float, float]:
-    """RSS (MB) after one warm-up episode, and after `episodes` more, each one call then closed."""
+async def closed_episodes_rss(
+    client: httpx.AsyncClient, url: str, episodes: int, marks: tuple[int, ...] = (100, 1000, 2000)
+) -> list[tuple[int, float]]:
+    """RSS (MB, after `malloc_trim`) after one warm-up episode (0), after each of `marks` below
+    `episodes`, and after `episodes` more, each one call then closed: flat after the first ones when
+    nothing of a closed episode is kept."""
     prompt = [{"role": "user", "content": "word " * 2000}]
 
     async def one() -> None:
@@ -133,10 +138,12 @@ async def closed_episodes_rss(client: httpx.AsyncClient, url: str, episodes: int
         assert (await client.delete(base.rsplit("/openai/", 1)[0])).status_code == 204
 
     await one()
-    before = trimmed_rss_mb()
-    for _ in range(episodes):
+    readings = [(0, trimmed_rss_mb())]
+    for done in range(1, episodes + 1):
         await one()
-    return before, trimmed_rss_mb()
+        if done in marks or done == episodes:
+            readings.append((done, trimmed_rss_mb()))
+    return readings
 
 
 async def stream_lag_ms(client: httpx.AsyncClient, url: str) -> tuple[float, int]:
@@ -166,18 +173,28 @@ async def measure(args: argparse.Namespace, url: str) -> list[tuple[str, str]]:
     rows = [(f"{args.tokens}-token stream: assembly CPU", f"{assembly_cpu_s(args.tokens):.3f} s")]
     await asyncio.sleep(1.0)  # the upstream starting
     with tempfile.TemporaryDirectory() as home:
-        settings = Settings(store={"url": f"sqlite:///{Path(home) / 'gym.db'}"})
+        # The catalog's warm-up (every installed environment's imports and datasets: ~100 MB with
+        # reasoning-gym's) done before serving, not in its default background thread: it ran on during
+        # the episodes before and was counted as their growth (+163 MB of 1,000 episodes, 2026-12-07).
+        settings = Settings(
+            store={"url": f"sqlite:///{Path(home) / 'gym.db'}"}, catalog_warmup="before_serving"
+        )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://localhost", timeout=600
             ) as client:
-                before, after = await closed_episodes_rss(client, url, args.episodes)
+                readings = await closed_episodes_rss(client, url, args.episodes)
+                (_, before), (_, after) = readings[0], readings[-1]
                 rows.append(
                     (f"RSS after {args.episodes} closed episodes (8k prompt ids each)", f"{after:.1f} MB")
                 )
                 rows.append(("  growth over them", f"{after - before:+.1f} MB"))
+                rows += [
+                    (f"  growth over the first {n}", f"{rss - before:+.1f} MB") for n, rss in readings[1:-1]
+                ]
+                rows.append(("  closed ids kept for 410 answers", f"{len(app.state.manager._gone)}"))
                 rows.append(("  gateway state left", repr(app.state.gateways)))
                 lag, passed = await stream_lag_ms(client, url)
                 rows.append(("40 MB stream: worst event-loop lag", f"{lag:.1f} ms"))

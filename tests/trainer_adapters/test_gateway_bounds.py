@@ -8,7 +8,9 @@ OpenAI's shape, and a call's samples are there right after the call."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -197,6 +199,20 @@ async def test_closed_episodes_leave_no_gateway_state(gym: AppHarness) -> None:
     for episode in episodes:
         assert (await gym.client.delete(f"/v1/sessions/{episode['session_id']}")).status_code == 204
     assert repr(gateways) == "Gateways(open=0)"
+
+
+async def test_nothing_holds_a_closed_episode(gym: AppHarness) -> None:
+    """The live session of a closed episode that made gateway calls is collected: no table of the
+    manager's, the gateway's or the store's keeps it (what stays is its tombstone: id, when, how, tenant)."""
+    manager = gym.app.state.manager
+    async with scripted(sends(whole(answer()))) as url:
+        episode = await open_episode(gym, url)
+        assert (await chat(gym, episode)).status_code == 200
+    held = weakref.ref(manager.get(episode["session_id"]))
+    assert (await gym.client.delete(f"/v1/sessions/{episode['session_id']}")).status_code == 204
+    await asyncio.sleep(0)  # the environment's close, if it was left to a task
+    gc.collect()
+    assert held() is None, gc.get_referrers(held())
 
 
 # 3. Stream assembly costs in proportion to the stream; an event is bounded
