@@ -636,7 +636,12 @@ class SessionManager:
             session.failure = session.failure or FailureClass.EXPIRED
             await self._finish(session, TrajectoryStatus.EXPIRED, "expired after its idle TTL")
         horizon = now - self.settings.sessions.tombstone_s
-        for gone_id in [key for key, (when, _, _) in self._gone.items() if when < horizon]:
+        ended = []
+        for gone_id, (when, _, _) in self._gone.items():
+            if when >= horizon:
+                break  # tombstones are kept in the order their sessions went: the rest are younger
+            ended.append(gone_id)
+        for gone_id in ended:
             del self._gone[gone_id]
             self.sink.forget(gone_id)  # the id answers 404 now: nobody can ask for its row again
         return len(expired)

@@ -152,6 +152,24 @@ async def test_reaper_closes_idle_sessions(app_factory: Callable[..., Any]) -> N
         assert gym.app.state.manager.live_count == 0
 
 
+async def test_tombstones_end_oldest_first_and_younger_ones_stay(app_factory: Callable[..., Any]) -> None:
+    """A closed id answers 410 for `tombstone_s`, then 404; the reaper ends them in the order they went."""
+    async with app_factory(sessions={"reap_interval_s": 3600, "tombstone_s": 100}) as gym:
+        manager = gym.app.state.manager
+        now = [1000.0]
+        manager._clock = lambda: now[0]
+        closed = []
+        for at in (0.0, 50.0, 120.0, 130.0):
+            now[0] = 1000.0 + at
+            session_id = (await open_counter(gym.client))["session_id"]
+            assert (await gym.client.delete(f"/v1/sessions/{session_id}")).status_code == 204
+            closed.append(session_id)
+        now[0] = 1000.0 + 160.0  # the first two went more than 100 s ago
+        await manager.reap_expired()
+        answers = [(await step(gym.client, sid, call("read"))).status_code for sid in closed]
+        assert answers == [404, 404, 410, 410]
+
+
 async def test_ttl_above_the_server_maximum_is_refused(app_factory: Callable[..., Any]) -> None:
     async with app_factory(sessions={"max_ttl_s": 60, "default_ttl_s": 30}) as gym:
         response = await gym.client.post(
