@@ -105,11 +105,16 @@ def _preflight(model: str, env: str, tracker: str) -> None:
 
 # The tiny demo's counter tasks: the target is the seeded start value plus OFFSET. Every task's right call
 # is the same, `add(3)`, so held-out success says GRPO moved the policy to the rewarded action on tasks
-# (seeds, targets) it was not trained on, not that it reads the prompt. A prompt-dependent variant (the
-# prompt names an amount of 1 to 4) was tried: the 0.1 M-parameter model did not learn to read the
-# amount, neither from GRPO (30 to 90 steps, held-out success 0.25 before and after) nor from supervised
-# warm-up (up to 300 steps, greedy accuracy at chance, 0.25), so the prompt-dependent evidence is the
-# SmolLM2 demos' (`--model smollm2`, `--agent`).
+# (seeds, targets) it was not trained on, not that it reads the prompt. Prompt-dependent variants (the
+# prompt names an amount of 1 to 4, a quarter of the tasks each) were tried and not learned in a demo's
+# few minutes (measured 2026-12-07; docs/trl.md, "The right call is a constant"): supervised steps at the
+# warm-up's lr 1e-2, or with the default hidden size 64 (heads of 16), never learned to copy the amount
+# (greedy accuracy 0.25, chance); at lr 1e-3 with hidden size 128, the amount ending the user turn, they
+# did (1.00 held out after 300 steps, 3 seeds) from a prompt without the tool schemas (~150 tokens), not the
+# real one (837 tokens; 356 with a token per tool schema: 0.25). GRPO from a warm-up blind to the
+# prompt (held-out success 0.25) did not in 60 steps: 0.25 -> 0.00 at lr 1e-3 (collapsed at step 3),
+# 0.25 -> 0.25 at lr 3e-4. So the prompt-dependent evidence is the SmolLM2 demos' (`--model smollm2`,
+# `--agent`).
 OFFSET = 3
 
 
