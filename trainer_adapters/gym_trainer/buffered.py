@@ -14,7 +14,8 @@ the policy server never idles. A group is handed back to the step that pulled it
 prompts it was made of: the trainer learns from the prompts one step later than it saw them.
 
 One producer per policy run, in this process: the results of the groups it played are kept here by
-group id, and a pull that hands out a group this process did not play is an error. Trainer-agnostic:
+group id until a step takes them or the gym has surely marked them stale (`forgotten`), and a pull that
+hands out a group this process did not play is an error. Trainer-agnostic:
 `play(group_id, specs)` is whatever plays a group (the driver, an agent through the gateway) and
 returns its results, with the group id in each session's metadata.
 """
@@ -81,15 +82,23 @@ class BufferedRollouts(Generic[T]):
         self._latest: list[Sequence[EpisodeSpec]] = []
         self._replays = 0
         self._results: dict[str, asyncio.Future[list[T]]] = {}
+        # finished groups: a version none of their calls was sampled above (see `_forget_stale`)
+        self._bounds: dict[str, int] = {}
         self._playing: set[asyncio.Task[None]] = set()
         self._producer: asyncio.Task[None] | None = None
         self.replayed = 0  # groups played again because the producer ran ahead of the steps' prompts
+        self.forgotten = 0  # finished groups dropped here because the gym never hands them out (stale)
 
     def __repr__(self) -> str:
         return (
             f"BufferedRollouts(run={self.run!r}, max_staleness={self.max_staleness}, "
-            f"groups_per_step={self.groups_per_step}, kept={len(self._results)})"
+            f"groups_per_step={self.groups_per_step}, kept={self.kept}, forgotten={self.forgotten})"
         )
+
+    @property
+    def kept(self) -> int:
+        """Groups admitted and not yet taken by a step nor forgotten (playing, or played and waiting)."""
+        return len(self._results)
 
     async def step(self, version: int, specs: Sequence[EpisodeSpec], groups: Sequence[int]) -> list[T]:
         """Announce `version`, queue the step's groups (`groups[i]`: the group index of `specs[i]`) for
@@ -100,6 +109,9 @@ class BufferedRollouts(Generic[T]):
         return [result for group in await self._step(version, grouped) for result in group]
 
     async def _step(self, version: int, groups: list[list[EpisodeSpec]]) -> list[list[T]]:
+        for group_id, played in self._results.items():
+            if played.done():  # every call it made was sampled at `version` or before
+                self._bounds.setdefault(group_id, version)
         shape = {}
         if self._producer is None:
             self.groups_per_step = len(groups)
@@ -120,6 +132,7 @@ class BufferedRollouts(Generic[T]):
                 break
         results = []
         for group in handout["groups"]:
+            self._bounds.pop(group["group_id"], None)
             future = self._results.pop(group["group_id"], None)
             if future is None:
                 raise RuntimeError(
@@ -128,7 +141,26 @@ class BufferedRollouts(Generic[T]):
                 )
             results.append(await future)
         await self.gym.acknowledge(self.run, handout["lease_id"])
+        self._forget_stale(version)
         return results
+
+    def _forget_stale(self, version: int) -> None:
+        """Drop the results of finished groups that the gym has marked stale, so that a producer running
+        ahead of a long run (its replays) keeps what the bound allows, not every group it ever played.
+
+        A group is stale at the gym when its oldest call (or, without one, its admission) is more than
+        `max_staleness` versions behind the announced version. A finished group's bound, the version of
+        the first step that saw it finished, is at least its oldest call's version: the caller sets the
+        sampler's version before the step announces it, so no call of a group done by then was sampled
+        above it, and its admission came before. Bound below `version - max_staleness`, then, means stale
+        at the gym, which never hands the group out: nothing is dropped that a pull could still want."""
+        oldest_allowed = version - self.max_staleness
+        for group_id in [group for group, bound in self._bounds.items() if bound < oldest_allowed]:
+            del self._bounds[group_id]
+            future = self._results.pop(group_id)
+            if not future.cancelled():
+                future.exception()  # a stale group's failure reaches no step (it was logged)
+            self.forgotten += 1
 
     async def aclose(self) -> None:
         """Stop producing; groups in play are cancelled (their sessions close as the driver leaves them)."""
