@@ -244,6 +244,13 @@ def demo(
     compare_sync: Annotated[
         bool, typer.Option(help="--agent with --max-staleness: each GRPO run also synchronously")
     ] = False,
+    warm_start: Annotated[
+        Path | None,
+        typer.Option(
+            help="--agent: start from an earlier run's sft-model/ folder (no base evaluation, "
+            "demonstrations or SFT): GRPO settings compared from one warm start"
+        ),
+    ] = None,
 ) -> None:
     """Train a small model with GRPO against the gym (CPU or GPU); print before/after and save the curve."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -286,6 +293,7 @@ def demo(
             vllm_python=vllm_python,
             max_staleness=max_staleness,
             compare_sync=compare_sync,
+            warm_start=None if warm_start is None else str(warm_start),
         )
         out = output if output != Path("var/demo") else Path("var/demo-agent")
         run_agent_demo(model, plan, out, placement, seed, gym)

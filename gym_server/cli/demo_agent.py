@@ -84,6 +84,8 @@ class AgentPlan:
     max_staleness: int = 0
     # with max_staleness > 0: each GRPO run also once synchronously, from the same warm start
     compare_sync: bool = False
+    # an earlier run's sft-model/ folder: its GRPO runs and evaluations only (no base, demonstrations, SFT)
+    warm_start: str | None = None
     # vllm: a real vLLM samples every rollout and evaluation, the trainer's adapter loaded into it after
     # every optimizer step (docs/vllm.md); local: the trainer's own model samples in this process
     policy: str = "vllm"
@@ -318,6 +320,7 @@ def run_agent_demo(
         VLLM_TINY_HIDDEN_SIZE,
         build_tiny_model,
         build_tiny_tokenizer,
+        load_policy,
         load_smollm2,
     )
     from gym_trainer.plots import reward_curve_png
@@ -335,6 +338,8 @@ def run_agent_demo(
         refusal = "--max-staleness above 0 needs --policy vllm"
     elif plan.compare_sync and not plan.max_staleness:
         refusal = "--compare-sync pairs asynchronous runs with synchronous ones: give --max-staleness"
+    elif plan.warm_start is not None and not (Path(plan.warm_start) / "config.json").is_file():
+        refusal = f"--warm-start {plan.warm_start}: not a saved model folder (an earlier run's sft-model/)"
     if refusal:
         console.print(f"[red]error:[/] gym-server demo --agent: {refusal}")
         raise typer.Exit(2)
@@ -364,7 +369,9 @@ def run_agent_demo(
 
     with local_gym(None, store) as gym_url:
         policy: Any
-        if model == "tiny":
+        if plan.warm_start is not None:
+            policy, tokenizer = load_policy(plan.warm_start, placement=placement)
+        elif model == "tiny":
             tokenizer = build_tiny_tokenizer()
             hidden = VLLM_TINY_HIDDEN_SIZE if vllm else 64  # vLLM's CPU attention wants head size >= 32
             policy = placement.place(build_tiny_model(tokenizer, seed=seed, hidden_size=hidden))
@@ -394,45 +401,50 @@ def run_agent_demo(
             console.print(f"{label}: success {summary['success_rate']} over {summary['episodes']} episodes")
             return summary
 
-        mark = time.monotonic()
-        base_label = f"agent-{model}@base"
-        if vllm:
-            base = output / "base-model"
-            policy.save_pretrained(str(base))
-            tokenizer.save_pretrained(str(base))
-            with vllm.serving(base, base_label, lora=False):
-                evals = {"base": evaluate(None, "base", base_label)}
-        else:
-            evals = {"base": evaluate(policy, "base", base_label)}
-        mark = lap("evaluate base", mark)
-
-        solved = play_reference_demonstrations(gym_url, AGENT_ENV, plan.demos, f"{run}-demos", seed)
-        sft_file = output / "sft.jsonl"
-        try:
-            rows = export_training_set(
-                f"sqlite:///{store.resolve()}",
-                sft_file,
-                "sft",
-                "jsonl",
-                min_reward=1.0,
-                where=TrajectoryFilter(run=f"{run}-demos"),
-            )
-        except NothingToExport as exc:
-            console.print(f"[red]error:[/] no demonstration to train on: {exc}")
-            raise typer.Exit(1) from exc
-        console.print(
-            f"demonstrations: {solved} of {plan.demos} reference episodes scored 1; {rows} SFT rows"
-        )
-        mark = lap("demonstrations and export", mark)
-
         # SmolLM2 trains a LoRA adapter; the tiny model is trained whole, but for vLLM, which takes
         # the trainer's weights as an adapter (docs/vllm.md)
         lora = model == "smollm2" or vllm is not None
-        warm = _sft(policy, tokenizer, sft_file, output / "sft", placement, plan, lora=lora)
-        warm_dir = output / "sft-model"  # the warm start, for GRPO runs of one's own (and vLLM's)
-        warm.save_pretrained(str(warm_dir))
-        tokenizer.save_pretrained(str(warm_dir))
-        mark = lap("SFT", mark)
+        mark = time.monotonic()
+        evals: dict[str, dict[str, Any]] = {}
+        rows: int | None = None
+        if plan.warm_start is not None:  # an earlier run's sft-model/: straight to its evaluation and GRPO
+            warm, warm_dir = policy, Path(plan.warm_start)
+        else:
+            base_label = f"agent-{model}@base"
+            if vllm:
+                base = output / "base-model"
+                policy.save_pretrained(str(base))
+                tokenizer.save_pretrained(str(base))
+                with vllm.serving(base, base_label, lora=False):
+                    evals["base"] = evaluate(None, "base", base_label)
+            else:
+                evals["base"] = evaluate(policy, "base", base_label)
+            mark = lap("evaluate base", mark)
+
+            solved = play_reference_demonstrations(gym_url, AGENT_ENV, plan.demos, f"{run}-demos", seed)
+            sft_file = output / "sft.jsonl"
+            try:
+                rows = export_training_set(
+                    f"sqlite:///{store.resolve()}",
+                    sft_file,
+                    "sft",
+                    "jsonl",
+                    min_reward=1.0,
+                    where=TrajectoryFilter(run=f"{run}-demos"),
+                )
+            except NothingToExport as exc:
+                console.print(f"[red]error:[/] no demonstration to train on: {exc}")
+                raise typer.Exit(1) from exc
+            console.print(
+                f"demonstrations: {solved} of {plan.demos} reference episodes scored 1; {rows} SFT rows"
+            )
+            mark = lap("demonstrations and export", mark)
+
+            warm = _sft(policy, tokenizer, sft_file, output / "sft", placement, plan, lora=lora)
+            warm_dir = output / "sft-model"  # the warm start, for GRPO runs of one's own (and vLLM's)
+            warm.save_pretrained(str(warm_dir))
+            tokenizer.save_pretrained(str(warm_dir))
+            mark = lap("SFT", mark)
         sft_label = f"agent-{model}@sft"
         with contextlib.ExitStack() as stack:
             if vllm:  # the warm start, served with LoRA on: each GRPO run's adapter is loaded into it

@@ -68,11 +68,10 @@ def test_grpo_runs_pair_each_asynchronous_run_with_its_synchronous_twin() -> Non
         (["--max-staleness", "1", "--policy", "local"], "needs --policy vllm"),
         (["--compare-sync"], "give --max-staleness"),
         (["--max-staleness", "-1"], "Invalid value for '--max-staleness'"),
+        (["--warm-start", "/nonexistent/sft-model"], "not a saved"),
     ],
 )
-def test_the_agent_demo_refuses_asynchronous_settings_it_cannot_run(
-    tmp_path: Path, flags: list[str], said: str
-) -> None:
+def test_the_agent_demo_refuses_settings_it_cannot_run(tmp_path: Path, flags: list[str], said: str) -> None:
     pytest.importorskip("trl")
     result = run_demo("--agent", "--output", str(tmp_path), "--tracker", "none", *flags)
     assert result.exit_code == 2, result.output
@@ -146,3 +145,16 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     assert labels == [{"agent-tiny@base"}, {"agent-tiny@sft"}, {"agent-tiny@sft"}]
     assert found["grpo-curriculum"] and found["grpo-uniform"]  # the training episodes are stored too
     assert found["eval-grpo-uniform"] == {"agent-tiny@grpo-uniform"}
+
+    # GRPO settings compared from that one warm start: no base evaluation, demonstrations or SFT again
+    again = tmp_path / "again"
+    result = run_demo(
+        "--agent", "--model", "tiny", "--warm-start", str(tmp_path / "sft-model"), "--probe-tasks", "3",
+        "--steps", "1", "--eval-tasks", "4", "--no-compare-uniform", "--output", str(again),
+        "--tracker", "none", "--policy", "local",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads((again / "demo.json").read_text())
+    assert list(record["evaluations"]) == ["sft", "grpo-curriculum"] and record["sft_rows"] is None
+    assert record["evaluations"]["sft"]["success_rate"] == evals["sft"]["success_rate"]  # the same model
+    assert not (again / "sft.jsonl").exists() and not (again / "sft-model").exists()
