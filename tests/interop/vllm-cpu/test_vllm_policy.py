@@ -183,7 +183,6 @@ def test_asynchronous_grpo_steps_train_within_the_staleness_bound(
     for record in result["probe"]:  # the adapter reached vLLM after every step, as synchronously
         assert record["max_abs_diff"] <= BF16_TOLERANCE, record
     assert [s["step"] for s in result["steps"]] == [0, 1, 2]
-    versions = []
     for step in result["steps"]:
         assert len(step["sessions"]) == 4  # one whole group of 4 a step, played while the last trained
         for session_id in step["sessions"]:
@@ -192,7 +191,6 @@ def test_asynchronous_grpo_steps_train_within_the_staleness_bound(
             assert stored["policy"]["model"] == adapter
             version = int(stored["policy"]["weight_version"])
             assert step["step"] - 1 <= version <= step["step"], (step, stored["policy"])
-            versions.append(version)
     code, run = gym.get("/v1/policy-runs/vllm-grpo-staleness1")
     assert code == 200, run
     assert run["max_staleness"] == 1 and run["version"] >= 2
