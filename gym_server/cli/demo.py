@@ -259,6 +259,10 @@ def demo(
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if model not in ("smollm2", "tiny"):
         raise typer.BadParameter("--model must be smollm2 or tiny")
+    if not agent and (max_staleness or compare_sync or warm_start is not None):
+        # the single-turn demo has no policy server to sample while it trains, nor an SFT stage to skip
+        console.print("[red]error:[/] --max-staleness, --compare-sync and --warm-start need --agent")
+        raise typer.Exit(2)
     _preflight(model, "phonebook" if agent else env, tracker)
     with needs_extras("gym-server demo (make demo installs what it needs)"):
         import torch

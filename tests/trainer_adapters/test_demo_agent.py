@@ -79,6 +79,14 @@ def test_the_agent_demo_refuses_settings_it_cannot_run(tmp_path: Path, flags: li
     assert not (tmp_path / "demo.json").exists()
 
 
+@pytest.mark.parametrize("flag", [["--max-staleness", "1"], ["--compare-sync"], ["--warm-start", "."]])
+def test_the_agent_only_flags_are_refused_without_agent(tmp_path: Path, flag: list[str]) -> None:
+    result = run_demo("--output", str(tmp_path), "--tracker", "none", *flag)
+    assert result.exit_code == 2, result.output
+    assert "need --agent" in result.output
+    assert not (tmp_path / "demo.json").exists()
+
+
 def test_the_agent_demo_refuses_an_outside_gym(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     result = run_demo(
