@@ -1,11 +1,11 @@
 """What the agent-framework peers (langgraph, openai-agents) share: a policy that can play counter, a
 recording proxy in front of it, and the two checks every episode must pass.
 
-- `policy`: the tiny model warmed up on counter tool calls (`art/warm_policy.py`, run by the project's
-  python), served by `gym-server policy serve`, behind `RecordingProxy`: a loopback HTTP proxy that keeps
-  each chat completion's request and the policy server's own answer, byte for byte. The gym's gateway is
-  pointed at the proxy (a loopback URL, which the default allow-list admits), so the test sees exactly
-  what the policy sampled, independently of what the gateway recorded.
+- `policy`: the tiny model warmed up on counter tool calls (`agent_policy.py`'s cached build, run by
+  the project's python), served by `gym-server policy serve`, behind `RecordingProxy`: a loopback HTTP
+  proxy that keeps each chat completion's request and the policy server's own answer, byte for byte.
+  The gym's gateway is pointed at the proxy (a loopback URL, which the default allow-list admits), so
+  the test sees exactly what the policy sampled, independently of what the gateway recorded.
 - `assert_token_exact`: the episode's stored samples hold the policy's prompt ids, its sampled ids and
   its logprobs, and the masked tokens between two calls are exactly what the next call's prompt added.
 - `assert_native_reward`: the stored reward equals a native replay of the stored transcript
@@ -18,10 +18,8 @@ recording proxy in front of it, and the two checks every episode must pass.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -51,22 +49,8 @@ __all__ = [
     "policy",
 ]
 
-WARM = Path(__file__).resolve().parent / "art" / "warm_policy.py"
-ROOT = Path(__file__).resolve().parents[2]
-# What the warmed weights depend on: the warm-up script and the recipe it runs.
-WARM_INPUTS = (
-    WARM,
-    ROOT / "trainer_adapters/gym_trainer/warmup.py",
-    ROOT / "trainer_adapters/gym_trainer/models.py",
-)
+AGENT_POLICY = Path(__file__).resolve().parent / "agent_policy.py"
 SERVED_NAME = "tiny-counter"
-# warm_policy.py's arguments after the gym and folder. Steps: at the recipe's 100, most calls sampled at
-# temperature 1 were malformed (seen 2026-11-28 on a fresh machine: no tool call in 4 counter episodes);
-# at 300, 8 of 8 well-formed. Workplace: the second environment the peers play, where a counter-only
-# model never called a listed tool; warmed to call its `submit` (with counter's episodes three quarters
-# of that phase's examples: at half, a fresh machine's warm-up made counter's first call a malformed
-# `submit` in 4 of 4 episodes, 2026-11-28).
-WARM_ARGS = ("300", "workplace")
 # Episodes `play_checked` plays at most to see the policy call one of the environment's tools.
 ATTEMPTS = 4
 
@@ -191,34 +175,20 @@ def _answers(url: str) -> bool:
         return False
 
 
-def warmed_policy(gym: Gym, python: str, env: dict[str, str], scratch: Path) -> Path:
-    """The tiny model warmed up on counter calls, in a cache keyed by the warm-up's sources: both agent
-    peers (and every later run) reuse one warm-up, which takes minutes on a loaded 2-core machine."""
-    sources = b"".join(path.read_bytes() for path in WARM_INPUTS)
-    key = hashlib.sha256(sources + " ".join(WARM_ARGS).encode()).hexdigest()[:16]
-    base = Path(os.environ.get("GYM_CI_CACHE") or Path.home() / ".cache" / "gym-server")
-    folder = base / "interop" / f"agents-warm-policy-{key}"
-    if (folder / "tasks.json").is_file():
-        return folder
-    building = scratch / "warm"
-    warm = subprocess.run(
-        [python, str(WARM), gym.url, str(building), *WARM_ARGS], capture_output=True, text=True, env=env
-    )
-    assert warm.returncode == 0, warm.stderr[-4000:]
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(building, folder.with_suffix(".tmp"), dirs_exist_ok=True)
-        os.replace(folder.with_suffix(".tmp"), folder)  # complete or absent, never half-written
-    except OSError:  # a read-only cache, or the other peer won the race: this run's copy serves
-        return folder if (folder / "tasks.json").is_file() else building
-    return folder
+def warmed_policy(gym: Gym, python: str, env: dict[str, str]) -> Path:
+    """The tiny model warmed up on counter (and workplace's `submit`) calls: `agent_policy.py`'s cached
+    folder, which run.sh builds before any peer starts (built here, against `gym`, when a peer runs
+    alone and the cache lacks it)."""
+    ensured = subprocess.run([python, str(AGENT_POLICY), gym.url], capture_output=True, text=True, env=env)
+    assert ensured.returncode == 0, ensured.stderr[-4000:]
+    return Path(ensured.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="session")
 def policy(gym: Gym, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Policy]:
     python = os.environ["GYM_INTEROP_PYTHON"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    folder = warmed_policy(gym, python, env, tmp_path_factory.mktemp("tiny-counter"))
+    folder = warmed_policy(gym, python, env)
     port = free_port()
     log = tmp_path_factory.mktemp("policy-log") / "policy.log"
     args = ["policy", "serve", "--model", str(folder), "--served-model-name", SERVED_NAME, "--threads", "1"]

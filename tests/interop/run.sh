@@ -158,6 +158,17 @@ else
 fi
 [ "$install_only" = 0 ] || exit 0
 
+# The agent peers' warmed tiny policy (tests/interop/agent_policy.py), built once before any peer starts
+# when a peer to run needs it (an `agent-policy` file in its folder): minutes of CPU that, built by each
+# peer under its pytest timeout, two at a time beside the stack test, ran past it (CI, 2026-12-07).
+for peer in "${peers[@]}"; do
+    [ -f "tests/interop/$peer/agent-policy" ] || continue
+    start=$SECONDS
+    folder=$("$PYTHON" tests/interop/agent_policy.py) || { echo "== the agent peers' policy: build FAILED"; exit 1; }
+    echo "== the agent peers' policy: $folder ($((SECONDS - start)) s)"
+    break
+done
+
 # run_peer PEER LOG: the venv, then the tests; the exit status is the tests'.
 run_peer() {
     local peer=$1 python venv start=$SECONDS code=0

@@ -1,7 +1,7 @@
 """Fixtures for the ART peer (openpipe-art 0.5.23, Python 3.12): real `gym-server serve` processes
 (tests/interop/gym_servers.py) and the gym's CPU policy server (`gym-server policy serve`, OpenAI-
 compatible) serving the tiny model warmed up on counter tool calls (the agent peers' cached warm-up,
-tests/interop/agent_gyms.py), so that ART's model client plays
+tests/interop/agent_policy.py), so that ART's model client plays
 two-turn episodes (`add`, then `submit`). The warm-up and the policy server run from the project's
 python (`GYM_INTEROP_PYTHON`, with the gym's `trl` extra); ART runs here, without torch.
 """
@@ -53,7 +53,7 @@ def policy(gym: Gym, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Polic
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     # The agent peers' cached warm-up (300 steps): the recipe's 100 left most sampled calls malformed on a
     # fresh machine (2026-11-28: no two-turn episode in a group, no tool reply for RULER to see).
-    folder = warmed_policy(gym, python, env, scratch)
+    folder = warmed_policy(gym, python, env)
     port = free_port()
     log = scratch / "policy.log"
     args = ["policy", "serve", "--model", str(folder), "--served-model-name", SERVED_NAME]

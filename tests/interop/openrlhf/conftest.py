@@ -1,5 +1,6 @@
 """Fixtures for the OpenRLHF peer: real `gym-server serve` processes (tests/interop/gym_servers.py) and
-the tiny model, warmed up on counter tool calls, generating in this process through `LocalEngine` (the
+the tiny model warmed up on counter tool calls (the agent peers' shared warm-up, tests/interop/
+agent_policy.py, built by the project's python), generating in this process through `LocalEngine` (the
 CPU stand-in for OpenRLHF's vLLM actor, which needs a GPU). The agent module, OpenRLHF's base classes
 and its `MultiTurnAgentExecutor` loop are the real ones, from `openrlhf==0.11.2` installed without its
 GPU dependencies (flash-attn, deepspeed, vLLM, ray), as docs/openrlhf.md says.
@@ -7,6 +8,7 @@ GPU dependencies (flash-attn, deepspeed, vLLM, ray), as docs/openrlhf.md says.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from importlib.metadata import version
@@ -28,13 +30,17 @@ def pytest_report_header() -> str:
 
 @pytest.fixture(scope="session")
 def warm_policy(gym: Gym) -> tuple[Any, Any, list[dict[str, Any]]]:
-    """(model, tokenizer, counter tasks): the tiny model after the supervised warm-up of
-    `gym-server demo --model tiny`, so that it writes `add(k)` then `submit` (two-turn episodes)."""
+    """(model, tokenizer, counter tasks): the tiny model after the agent peers' supervised warm-up, so that
+    it writes `add(k)` then `submit` (two-turn episodes). The recipe's own 100 steps, run here, left
+    sampled calls malformed now and then, and ran beside the other peers' warm-ups (CI, 2026-12-07: both
+    tests failed on a loaded machine); the shared 300-step build is made once, before the peers start."""
     import torch
+    from agent_gyms import warmed_policy
 
-    from gym_trainer.warmup import tiny_counter_recipe
+    from gym_trainer.models import load_policy
 
     torch.set_num_threads(1)  # the model is tiny: a second thread costs more than it gives on a shared CPU
-    model, tokenizer, train, _ = tiny_counter_recipe(gym.url, n_tasks=4)
+    folder = warmed_policy(gym, os.environ["GYM_INTEROP_PYTHON"], {**os.environ, "HF_HUB_OFFLINE": "1"})
+    model, tokenizer = load_policy(str(folder))
     model.eval()
-    return model, tokenizer, train
+    return model, tokenizer, json.loads((folder / "tasks.json").read_text())

@@ -1,27 +1,18 @@
 /**
  * The policy side of the agent tests: the bundled CPU policy server with the tiny model warmed up on
- * counter tool calls (tests/interop/art/warm_policy.py, the recipe of `gym-server demo --model tiny`; a
+ * counter tool calls (the agent peers' shared warm-up, tests/interop/agent_policy.py; a
  * cold tiny model never calls a tool), and a recording pass-through in front of it, so a test holds the
  * policy's own answer to every call the gym's gateway forwarded, to compare with what the gym stored.
  */
 
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createServer, type Server as HttpServer } from "node:http";
-import { homedir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 
 import { python } from "./servers.ts";
 
-const ROOT = join(import.meta.dirname, "..", "..", "..");
-const WARM_SCRIPT = join(ROOT, "tests", "interop", "art", "warm_policy.py");
-/** What the warmed weights are a function of: the script and the recipe it runs. */
-const WARM_INPUTS = [
-  WARM_SCRIPT,
-  join(ROOT, "trainer_adapters", "gym_trainer", "warmup.py"),
-  join(ROOT, "trainer_adapters", "gym_trainer", "models.py"),
-];
+const AGENT_POLICY = join(import.meta.dirname, "..", "agent_policy.py");
 
 export interface WarmPolicy {
   folder: string;
@@ -30,27 +21,15 @@ export interface WarmPolicy {
 }
 
 /**
- * The warmed tiny model, built once per content of its inputs and kept beside the peers' venvs
- * (`$GYM_CI_CACHE/interop`, default ~/.cache/gym-server/interop): the warm-up is minutes of CPU on a
- * loaded machine, and its result depends only on those files (seeded).
+ * The agent peers' warmed tiny model (tests/interop/agent_policy.py, run by the project's python): built
+ * once per content of its inputs and kept beside the peers' venvs (`$GYM_CI_CACHE/interop`, default
+ * ~/.cache/gym-server/interop); run.sh builds it before any peer starts, so here it is only read, or
+ * built against `gymUrl` (with `apiKey`) when this peer runs alone and the cache lacks it.
  */
 export function warmPolicy(gymUrl: string, apiKey?: string): WarmPolicy {
-  const hash = createHash("sha256");
-  for (const file of WARM_INPUTS) hash.update(readFileSync(file));
-  const cacheRoot = process.env.GYM_CI_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "gym-server");
-  const folder = join(cacheRoot, "interop", `typescript-warm-policy-${hash.digest("hex").slice(0, 16)}`);
-  if (!existsSync(join(folder, "tasks.json"))) {
-    mkdirSync(dirname(folder), { recursive: true });
-    const building = mkdtempSync(`${folder}.building-`);
-    try {
-      const env = apiKey ? { ...process.env, GYM_API_KEY: apiKey } : process.env; // the recipe reads the gym
-      execFileSync(python(), [WARM_SCRIPT, gymUrl, building], { env, stdio: ["ignore", "ignore", "inherit"] });
-      rmSync(folder, { recursive: true, force: true });
-      renameSync(building, folder); // whole or not at all: a second run never sees half a model
-    } finally {
-      rmSync(building, { recursive: true, force: true });
-    }
-  }
+  const env = apiKey ? { ...process.env, GYM_API_KEY: apiKey } : process.env; // the recipe reads the gym
+  const printed = execFileSync(python(), [AGENT_POLICY, gymUrl], { env, stdio: ["ignore", "pipe", "inherit"] });
+  const folder = printed.toString("utf8").trim().split("\n").pop()!;
   return { folder, tasks: JSON.parse(readFileSync(join(folder, "tasks.json"), "utf8")) };
 }
 
