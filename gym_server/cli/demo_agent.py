@@ -259,6 +259,18 @@ def _grpo(
     return trainer.model, [h["mean_reward"] for h in rollout.history], timings
 
 
+# Written beside a warm start's weights: which `--model` made it, so `--warm-start` refuses another.
+WARM_START_RECORD = "gym-demo.json"
+
+
+def _warm_start_model(folder: Path) -> str | None:
+    """The `--model` an earlier run's sft-model/ was made with; None for a folder without the record."""
+    try:
+        return str(json.loads((folder / WARM_START_RECORD).read_text())["model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _grpo_runs(
     samplings: dict[str, dict[str, Any] | None], plan: AgentPlan
 ) -> list[tuple[str, dict[str, Any] | None, int]]:
@@ -342,6 +354,10 @@ def run_agent_demo(
         refusal = "--compare-sync pairs asynchronous runs with synchronous ones: give --max-staleness"
     elif plan.warm_start is not None and not (Path(plan.warm_start) / "config.json").is_file():
         refusal = f"--warm-start {plan.warm_start}: not a saved model folder (an earlier run's sft-model/)"
+    elif plan.warm_start is not None and _warm_start_model(Path(plan.warm_start)) not in (None, model):
+        # the runs' labels (agent-<model>@...) and the choice of LoRA follow --model
+        saved = _warm_start_model(Path(plan.warm_start))
+        refusal = f"--warm-start {plan.warm_start} is a {saved} warm start: give --model {saved}"
     if refusal:
         console.print(f"[red]error:[/] gym-server demo --agent: {refusal}")
         raise typer.Exit(2)
@@ -446,6 +462,7 @@ def run_agent_demo(
             warm_dir = output / "sft-model"  # the warm start, for GRPO runs of one's own (and vLLM's)
             warm.save_pretrained(str(warm_dir))
             tokenizer.save_pretrained(str(warm_dir))
+            (warm_dir / WARM_START_RECORD).write_text(json.dumps({"model": model}))
             mark = lap("SFT", mark)
         sft_label = f"agent-{model}@sft"
         with contextlib.ExitStack() as stack:

@@ -79,6 +79,23 @@ def test_the_agent_demo_refuses_settings_it_cannot_run(tmp_path: Path, flags: li
     assert not (tmp_path / "demo.json").exists()
 
 
+def test_a_warm_start_of_another_model_is_refused(tmp_path: Path) -> None:
+    """The runs are labelled `agent-<--model>@...` and LoRA follows --model: a SmolLM2 warm start under
+    `--model tiny` would train and label the wrong thing."""
+    pytest.importorskip("trl")
+    folder = tmp_path / "sft-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "gym-demo.json").write_text(json.dumps({"model": "smollm2"}))
+    out = tmp_path / "out"
+    result = run_demo(
+        "--agent", "--model", "tiny", "--warm-start", str(folder), "--output", str(out), "--tracker", "none"
+    )
+    assert result.exit_code == 2, result.output
+    assert "warm start: give --model smollm2" in " ".join(result.output.split())  # rich wraps at 80
+    assert not (out / "demo.json").exists()
+
+
 @pytest.mark.parametrize("flag", [["--max-staleness", "1"], ["--compare-sync"], ["--warm-start", "."]])
 def test_the_agent_only_flags_are_refused_without_agent(tmp_path: Path, flag: list[str]) -> None:
     result = run_demo("--output", str(tmp_path), "--tracker", "none", *flag)
@@ -121,6 +138,7 @@ def test_the_tiny_agent_demo_runs_every_stage_through_the_gym(tmp_path: Path) ->
     calls = [m["tool_calls"][0]["function"]["name"] for m in rows[0]["messages"] if m.get("tool_calls")]
     assert calls == ["lookup", "dial"]
     assert (tmp_path / "sft-model" / "config.json").is_file()  # the warm start is kept
+    assert json.loads((tmp_path / "sft-model" / "gym-demo.json").read_text()) == {"model": "tiny"}
     # the curriculum read the probe's pass rates; the comparison run sampled uniformly
     assert record["curriculum_rule"] == {"curriculum": "difficulty", "uniform": "uniform"}
     assert set(record["train_reward_per_step"]) == {"curriculum", "uniform"}

@@ -12,9 +12,18 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def test_every_held_out_level_is_drawn_and_a_runs_level_takes_its_colour(tmp_path: Path) -> None:
     path = tmp_path / "curve.png"
-    series = {"GRPO (curriculum)": [0.25, 0.5, None, 1.0], "GRPO (uniform)": [0.5, 0.25, 0.75, 0.75]}
+    series: dict[str, list[float | None]] = {
+        "GRPO (curriculum)": [0.25, 0.5, None, 1.0],
+        "GRPO (uniform)": [0.5, 0.25, 0.75, 0.75],
+    }
     # Four levels, two of them equal: a fourth level used to be dropped (three dash styles, zipped).
-    held_out = {"base": 0.0, "sft": 0.42, "grpo-curriculum": 0.92, "grpo-uniform": 0.92, "skipped": None}
+    held_out: dict[str, float | None] = {
+        "base": 0.0,
+        "sft": 0.42,
+        "grpo-curriculum": 0.92,
+        "grpo-uniform": 0.92,
+        "skipped": None,
+    }
     entries = reward_curve_png(
         path,
         series,
