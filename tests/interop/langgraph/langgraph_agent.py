@@ -5,6 +5,7 @@ unchanged."""
 
 from __future__ import annotations
 
+import openai
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
@@ -22,15 +23,20 @@ def langgraph_agent(streaming: bool) -> AgentFn:
             {"env": {"transport": "streamable_http", "url": episode.mcp_url, "headers": episode.headers}}
         )
         tools = await mcp.get_tools()
-        model = ChatOpenAI(
-            model=episode.model,
-            base_url=episode.base_url,
-            api_key=episode.api_key,
-            temperature=1.0,
-            max_completion_tokens=64,
-            streaming=streaming,
-        )
-        graph = create_react_agent(model, tools)
-        await graph.ainvoke({"messages": episode.prompt}, {"recursion_limit": 12})
+        # The episode's own HTTP client, closed in this event loop: ChatOpenAI's default one is cached
+        # process-wide, and a cached client whose connections belong to an earlier test's closed loop
+        # fails when reused or collected ("Event loop is closed").
+        async with openai.DefaultAsyncHttpxClient() as http:
+            model = ChatOpenAI(
+                model=episode.model,
+                base_url=episode.base_url,
+                api_key=episode.api_key,
+                temperature=1.0,
+                max_completion_tokens=64,
+                streaming=streaming,
+                http_async_client=http,
+            )
+            graph = create_react_agent(model, tools)
+            await graph.ainvoke({"messages": episode.prompt}, {"recursion_limit": 12})
 
     return agent

@@ -35,10 +35,13 @@ def sdk_agent(streamed: bool) -> Any:
         turns = [
             {"role": m["role"], "content": m["content"]} for m in episode.prompt if m["role"] != "system"
         ]
-        client = AsyncOpenAI(base_url=episode.base_url, api_key=episode.api_key)
         params = {"url": episode.mcp_url, "headers": episode.headers, "timeout": 60}
         tools = MCPServerStreamableHttp(params, cache_tools_list=True, client_session_timeout_seconds=60)
-        async with tools as env:
+        # Closed here, in this episode's event loop: an unclosed AsyncOpenAI schedules its own close when
+        # collected, on whatever loop then runs, which then touches this loop's closed sockets ("Event loop
+        # is closed", failing a later test at random: CI rehearsal 2026-12-07).
+        client = AsyncOpenAI(base_url=episode.base_url, api_key=episode.api_key)
+        async with client, tools as env:
             agent = Agent(
                 name="player",
                 instructions=system,
