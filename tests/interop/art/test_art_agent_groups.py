@@ -22,10 +22,11 @@ from gym_trainer.episodes import EpisodeSpec
 
 async def one_call_agent(episode: AgentEpisode) -> None:
     """An agent with its own (here: no) tool execution: one answer, scored by the gym's verifier."""
-    client = AsyncOpenAI(base_url=episode.base_url, api_key=episode.api_key)
-    await client.chat.completions.create(
-        model=episode.model, messages=episode.prompt, tools=episode.tools, max_tokens=48, temperature=1.0
-    )
+    # closed in this loop: collected unclosed, the client schedules its close on whatever loop runs then
+    async with AsyncOpenAI(base_url=episode.base_url, api_key=episode.api_key) as client:
+        await client.chat.completions.create(
+            model=episode.model, messages=episode.prompt, tools=episode.tools, max_tokens=48, temperature=1.0
+        )
 
 
 def test_a_users_agent_gathered_by_art_carries_the_gateways_tokens(gym: Gym, policy: Policy) -> None:
