@@ -346,6 +346,7 @@ def run_agent_demo(
     if plan.policy not in ("vllm", "local"):
         raise typer.BadParameter("--policy must be vllm or local")
     refusal = None
+    saved = None if plan.warm_start is None else _warm_start_model(Path(plan.warm_start))
     if plan.max_staleness and plan.policy != "vllm":
         # asynchronous rollouts sample while the optimizer writes the trainer's weights: they need a
         # policy server of their own (docs/rollout-buffer.md)
@@ -354,9 +355,8 @@ def run_agent_demo(
         refusal = "--compare-sync pairs asynchronous runs with synchronous ones: give --max-staleness"
     elif plan.warm_start is not None and not (Path(plan.warm_start) / "config.json").is_file():
         refusal = f"--warm-start {plan.warm_start}: not a saved model folder (an earlier run's sft-model/)"
-    elif plan.warm_start is not None and _warm_start_model(Path(plan.warm_start)) not in (None, model):
+    elif saved not in (None, model):
         # the runs' labels (agent-<model>@...) and the choice of LoRA follow --model
-        saved = _warm_start_model(Path(plan.warm_start))
         refusal = f"--warm-start {plan.warm_start} is a {saved} warm start: give --model {saved}"
     if refusal:
         console.print(f"[red]error:[/] gym-server demo --agent: {refusal}")

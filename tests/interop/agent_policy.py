@@ -70,14 +70,16 @@ def ensure(gym_url: str | None) -> Path:
 def _build(folder: Path, gym_url: str | None) -> None:
     started = time.monotonic()
     print(f"warming the agent peers' tiny policy up ({' '.join(WARM_ARGS)}) into {folder}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f"{folder.name}.building-") as building:
+    building = tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.building-")
+    try:
         with _gym(gym_url) as url:
             env = {**os.environ, "HF_HUB_OFFLINE": "1"}
             command = [sys.executable, str(WARM), url, building, *WARM_ARGS]
             subprocess.run(command, env=env, stdout=sys.stderr, check=True)  # stdout: only the folder
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(building, folder)  # whole or absent: a reader never sees half a model
-        Path(building).mkdir()  # for TemporaryDirectory's cleanup
+    finally:
+        shutil.rmtree(building, ignore_errors=True)  # what a failed build left
     print(f"warmed in {time.monotonic() - started:.0f} s", file=sys.stderr)
 
 
