@@ -60,12 +60,38 @@ class _OrphanReaper:
 
     def add(self, pid: int) -> None:
         """Collect `pid` (an init that is, or is about to become, our child) as soon as it exits."""
-        if not self.enabled:
+        if not self.enabled or pid in self._pending:
             return
         self._pending.add(pid)
         self.reap()
         if pid in self._pending:
             self._watch(pid, asyncio.get_running_loop())
+
+    def adopt_unreported(self, uid: int | None) -> None:
+        """Collect the bubblewrap inits orphaned to us whose pids were never reported (see the class).
+
+        bubblewrap writes its init's pid to the status pipe just after creating it, so a bwrap killed in
+        between (a sandbox closed, or a run cancelled, the moment it started) leaves an init no one
+        collects. Such an init is found by what it is: a child of ours that is pid 1 of a pid namespace
+        of its own (this server starts no such process directly), running as `uid` where the sandbox
+        has a uid of its own. Called when a bwrap ended without reporting; the scan of /proc is short.
+        """
+        if not self.enabled:
+            return
+        me = str(os.getpid())
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            nspids = fields.get("NSpid", "").split()
+            if fields.get("PPid", "").strip() != me or len(nspids) < 2 or nspids[-1] != "1":
+                continue
+            if uid is None or fields.get("Uid", "").split()[:1] == [str(uid)]:
+                self.add(int(entry))
 
     def _watch(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
         try:

@@ -189,5 +189,6 @@ class LocalBackendBase:
             await sandbox.close()
         await asyncio.to_thread(self._remove_folder, self.instance_dir)
         if self.uses_status_fd:
-            await asyncio.to_thread(orphan_reaper().reap, 2.0)
+            # Returns as soon as every init is collected; the bound is for a host too loaded to run them.
+            await asyncio.to_thread(orphan_reaper().reap, 10.0)
         self._prepared = False

@@ -143,8 +143,7 @@ class LocalSandbox:
             # the pid it reported lets the reaper collect it.
             if read_fd >= 0:
                 status = _read_status(read_fd)
-                if isinstance(status.get("child-pid"), int):
-                    orphan_reaper().add(int(str(status["child-pid"])))
+                self._collect_init(status)
             for fd in list(open_fds):
                 open_fds.discard(fd)
                 os.close(fd)
@@ -216,13 +215,20 @@ class LocalSandbox:
             if read_fd >= 0:
                 status = _read_status(read_fd)
                 os.close(read_fd)
-                if isinstance(status.get("child-pid"), int):
-                    orphan_reaper().add(int(str(status["child-pid"])))
+                self._collect_init(status)
             self._spawned.discard(process)
 
         process = LocalSpawned(proc, on_exit)
         self._spawned.add(process)
         return process
+
+    def _collect_init(self, status: dict[str, object]) -> None:
+        """Have the reaper collect the namespace init of a bwrap that ended, by the pid it reported, or,
+        where it was killed before it could report one, by looking for it."""
+        if isinstance(status.get("child-pid"), int):
+            orphan_reaper().add(int(str(status["child-pid"])))
+        else:
+            orphan_reaper().adopt_unreported(self.uid)
 
     async def scrub(self) -> bool:
         async with self._lock:

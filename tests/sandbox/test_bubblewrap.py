@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gymtest import apoll
 
 from gym_server.core.errors import SandboxUnavailable
+from gym_server.sandbox._host import orphan_reaper
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.unsafe import UnsafeBackend
@@ -115,3 +119,46 @@ async def test_unsafe_backend_warns_loudly_and_still_limits(caplog: pytest.LogCa
         assert b"GYM_" not in env.stdout
     finally:
         await backend.aclose()
+
+
+def _children_of_ours() -> dict[int, str]:
+    """Our child processes (any thread's), pid -> state letter (Z: a zombie)."""
+    found = {}
+    for listing in Path("/proc/self/task").glob("*/children"):
+        for child in listing.read_text().split():
+            try:
+                found[int(child)] = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
+            except OSError:
+                continue
+    return found
+
+
+async def test_an_init_whose_pid_was_never_reported_is_collected() -> None:
+    """A bwrap killed between creating its namespace's init and writing that init's pid to the status
+    pipe (a sandbox closed the moment it started) orphaned the init to the server, which never collected
+    it: a zombie for the server's lifetime (seen in CI, 2026-12-07). `unshare --fork --pid` stands in for
+    such a bwrap, killed before anything was reported; a plain child of ours must be left alone."""
+    reaper = orphan_reaper()
+    if not reaper.enabled:
+        pytest.skip("this kernel has no child subreapers")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    outer = await asyncio.create_subprocess_exec("unshare", *user, "--pid", "--fork", "sleep", "0.3")
+    plain = await asyncio.create_subprocess_exec("sleep", "30")
+    try:
+        await apoll(lambda: asyncio.to_thread(_children_of, outer.pid), bool, timeout_s=10)
+        (init,) = _children_of(outer.pid)
+        outer.kill()
+        await outer.wait()
+        # Orphaned to us, it exits and stays a zombie: nobody knows its pid.
+        await apoll(
+            lambda: asyncio.to_thread(_children_of_ours), lambda now: now.get(init) == "Z", timeout_s=10
+        )
+        reaper.adopt_unreported(os.getuid())
+        await apoll(lambda: asyncio.to_thread(_children_of_ours), lambda now: init not in now, timeout_s=10)
+    finally:
+        plain.kill()
+        assert await plain.wait() == -signal.SIGKILL  # its exit status was not taken by the reaper
+
+
+def _children_of(pid: int) -> list[int]:
+    return [int(c) for f in Path(f"/proc/{pid}/task").glob("*/children") for c in f.read_text().split()]
