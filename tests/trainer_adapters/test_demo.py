@@ -51,6 +51,11 @@ def test_tiny_demo_runs_end_to_end(tmp_path: Path) -> None:
         assert len(summary["per_task"]) == 16 and all(t.startswith("heldout-") for t in summary["per_task"])
         low, high = summary["task_ci95"]
         assert low <= summary["task_mean"] <= high
+        # and by the amount each task's prompt names, a quarter of the tasks each
+        by_amount = summary["per_group"]
+        assert list(by_amount) == ["amount 1", "amount 2", "amount 3", "amount 4"]
+        assert sum(by_amount.values()) / 4 == pytest.approx(summary["task_mean"])
+    assert "tasks of amount 4" in " ".join(result.output.split())
     assert len(record["train_reward_per_step"]) == 2
     # The tracker got the held-out evaluations (steps 0 and 2) and each GRPO step's episodes.
     client = mlflow.MlflowClient(tracking_uri=(tmp_path / "tracking" / "mlruns").as_uri())

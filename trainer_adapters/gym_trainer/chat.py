@@ -19,19 +19,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["HERMES_TEMPLATE", "ChatRenderer", "Rendered", "Renderer", "TokenizerLike"]
+__all__ = [
+    "HERMES_TEMPLATE",
+    "TOOLS_INTRO",
+    "TOOLS_OUTRO",
+    "ChatRenderer",
+    "Rendered",
+    "Renderer",
+    "TokenizerLike",
+]
 
+# The template's fixed texts around the tool schemas (after the system prompt, before `<|im_end|>`).
+TOOLS_INTRO = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call>"
+)
 HERMES_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
     "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}"
     "{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}"
-    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{{- '" + TOOLS_INTRO.replace("\n", "\\n") + "' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
-    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": '
-    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{{- '" + TOOLS_OUTRO.replace("\n", "\\n") + "<|im_end|>\\n' }}"
     "{%- elif messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- endif %}"

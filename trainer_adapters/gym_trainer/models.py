@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "CHUNK_TOKENS",
     "SPECIAL_TOKENS",
     "TINY_COUNTER_STEPS",
+    "VLLM_TINY_HIDDEN_SIZE",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "export_policy",
@@ -89,8 +91,13 @@ CHUNK_TOKENS = [
 ]
 
 
-def build_tiny_tokenizer() -> Any:
-    """A byte-level tokenizer (lossless for any UTF-8) with ChatML specials and chunk tokens."""
+def build_tiny_tokenizer(vocabulary: Sequence[str] = ()) -> Any:
+    """A byte-level tokenizer (lossless for any UTF-8) with ChatML specials and chunk tokens.
+
+    `vocabulary`: more texts to spell as one token each, after the chunk tokens (a task's fixed texts,
+    as `warmup.counter_vocabulary` gives them): a prompt the tiny model must read something in is then
+    tens of tokens, not hundreds of bytes it cannot learn to look through in a demo's few minutes.
+    """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -99,7 +106,8 @@ def build_tiny_tokenizer() -> Any:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in CHUNK_TOKENS])
+    chunks = [*CHUNK_TOKENS, *(text for text in vocabulary if text not in CHUNK_TOKENS)]
+    core.add_tokens([AddedToken(t, special=False, normalized=False) for t in chunks])
     factory: Any = PreTrainedTokenizerFast  # untyped in transformers; called through Any on purpose
     tokenizer = factory(
         tokenizer_object=core,

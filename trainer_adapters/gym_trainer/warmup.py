@@ -13,13 +13,16 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gym_trainer.chat import ChatRenderer
+from gym_trainer.chat import TOOLS_INTRO, TOOLS_OUTRO, ChatRenderer
 from gym_trainer.client import SyncGymClient
 from gym_trainer.toolcalls import render_tool_call
 
 __all__ = [
+    "AMOUNT_PROMPT",
+    "counter_amount_tasks",
     "counter_example",
     "counter_offset_tasks",
+    "counter_vocabulary",
     "offset_task_prompts",
     "tiny_counter_recipe",
     "warm_up",
@@ -45,24 +48,95 @@ def counter_offset_tasks(
 ) -> list[dict[str, Any]]:
     """n inline counter tasks `<prefix>-<seed>` (seeds `first_seed` up), with target = start + offset.
 
-    Each entry: `task` (the inline task), `seed`, `start`, and the session's `opening` messages and
-    `tools` (for rendering warm-up examples exactly as episodes will be rendered). A task's start value
-    is the gym's: one probe episode reads it (stored as run `run`, with `metadata`, and left `abandoned`
-    once read), so the environment stays a black box.
+    Each entry: `task` (the inline task), `seed`, `start`, `amount` (the offset), and the session's
+    `opening` messages and `tools` (for rendering warm-up examples exactly as episodes will be rendered).
+    A task's start value is the gym's: one probe episode reads it (stored as run `run`, with `metadata`,
+    and left `abandoned` once read), so the environment stays a black box.
     """
-    tasks = []
-    for seed in range(first_seed, first_seed + n):
-        name = f"{prefix}-{seed}"
-        probe_task = {"id": name, "prompt": "probe: read the start value", "answer": 0}
-        probe = gym.create_session("counter", task=probe_task, seed=seed, run=run, metadata=metadata)
-        start = int(gym.step(probe.session_id, _READ).messages[0]["content"])
-        gym.close(probe.session_id)
-        target = start + offset
-        task = {"id": name, "prompt": f"Bring the counter to {target}, then submit.", "answer": target}
-        tasks.append(
-            {"task": task, "seed": seed, "start": start, "opening": probe.messages, "tools": probe.tools}
+    return [
+        _probed_task(
+            gym,
+            f"{prefix}-{seed}",
+            seed,
+            offset,
+            "Bring the counter to {target}, then submit.",
+            run,
+            metadata,
         )
-    return tasks
+        for seed in range(first_seed, first_seed + n)
+    ]
+
+
+# How `counter_amount_tasks` names the amount: last, so it is the prompt's final token before the turn ends.
+AMOUNT_PROMPT = "Add to the counter, then submit. The amount to add: "
+
+
+def counter_amount_tasks(
+    gym: SyncGymClient,
+    n: int,
+    amounts: Sequence[int] = (1, 2, 3, 4),
+    *,
+    first_seed: int = 0,
+    prefix: str = "learn",
+    run: str = "warmup-probe",
+    metadata: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """n inline counter tasks whose prompt names the amount to add (`AMOUNT_PROMPT` + the amount): task
+    i adds `amounts[i % len(amounts)]`, so the right call depends on the prompt and a policy that always
+    makes one call solves at most the share of tasks with that amount. Entries as `counter_offset_tasks`.
+    """
+    return [
+        _probed_task(
+            gym,
+            f"{prefix}-{seed}",
+            seed,
+            amounts[i % len(amounts)],
+            AMOUNT_PROMPT + "{amount}",
+            run,
+            metadata,
+        )
+        for i, seed in enumerate(range(first_seed, first_seed + n))
+    ]
+
+
+def _probed_task(
+    gym: SyncGymClient,
+    name: str,
+    seed: int,
+    amount: int,
+    prompt: str,
+    run: str,
+    metadata: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A counter task of `seed` whose target is its start value + `amount`; `prompt` is formatted with
+    `target` and `amount`. The start value is read by a probe episode (see `counter_offset_tasks`)."""
+    probe_task = {"id": name, "prompt": "probe: read the start value", "answer": 0}
+    probe = gym.create_session("counter", task=probe_task, seed=seed, run=run, metadata=metadata)
+    start = int(gym.step(probe.session_id, _READ).messages[0]["content"])
+    gym.close(probe.session_id)
+    target = start + amount
+    task = {"id": name, "prompt": prompt.format(target=target, amount=amount), "answer": target}
+    return {
+        "task": task,
+        "seed": seed,
+        "start": start,
+        "amount": amount,
+        "opening": probe.messages,
+        "tools": probe.tools,
+    }
+
+
+def counter_vocabulary(task: dict[str, Any]) -> list[str]:
+    """The texts every prompt of `task`'s kind shares, for `models.build_tiny_tokenizer(vocabulary=...)`:
+    the system prompt, the chat template's text around the tool schemas, each schema as the template
+    writes it, and `AMOUNT_PROMPT`. Spelled in bytes they are ~830 of a prompt's ~850 tokens; as one token
+    each the prompt is ~30, where the tiny model can learn to find the amount."""
+    from gym_trainer.models import build_tiny_tokenizer
+
+    opening = [task["opening"][0], {"role": "user", "content": "-"}]
+    text = build_tiny_tokenizer().apply_chat_template(opening, tools=task["tools"], tokenize=False)
+    schemas = text.split(TOOLS_INTRO, 1)[1].split(TOOLS_OUTRO, 1)[0].split("\n")[1:]
+    return [task["opening"][0]["content"], TOOLS_INTRO, *schemas, TOOLS_OUTRO, AMOUNT_PROMPT]
 
 
 def warm_up_counter(
@@ -71,22 +145,28 @@ def warm_up_counter(
     tasks: Sequence[dict[str, Any]],
     *,
     amounts: Sequence[int] = (1, 2, 3, 4),
+    right_share: float = 0.0,
     steps: int = 100,
     batch: int = 8,
     lr: float = 1e-2,
     seed: int = 0,
 ) -> list[float]:
     """Supervised steps on episodes `add(k)`, tool reply, `submit` (loss on the model's turns only).
-    Returns the loss of every step."""
-    example = counter_example(tokenizer, tasks, amounts)
+    Returns the loss of every step. `amounts`, `right_share`: as `counter_example`."""
+    example = counter_example(tokenizer, tasks, amounts, right_share)
     return warm_up(model, tokenizer, example, steps=steps, batch=batch, lr=lr, seed=seed)
 
 
 def counter_example(
-    tokenizer: Any, tasks: Sequence[dict[str, Any]], amounts: Sequence[int] = (1, 2, 3, 4)
+    tokenizer: Any,
+    tasks: Sequence[dict[str, Any]],
+    amounts: Sequence[int] = (1, 2, 3, 4),
+    right_share: float = 0.0,
 ) -> Callable[[random.Random], tuple[list[int], list[int]]]:
-    """`warm_up_counter`'s examples: a task of `tasks`, `add(k)` with k from `amounts`, the tool's reply,
-    `submit`; as (token ids, labels with -100 outside the model's turns)."""
+    """`warm_up_counter`'s examples: a task of `tasks`, `add(k)`, the tool's reply, `submit`; as (token
+    ids, labels with -100 outside the model's turns). k is the task's own amount in a `right_share` of the
+    examples and drawn from `amounts` otherwise: 0 teaches the calls and no amount (a policy that samples
+    amounts regardless of its prompt), 1 the right call every time."""
     renderer = ChatRenderer(tokenizer)
     eos = int(tokenizer.eos_token_id)
 
@@ -94,7 +174,8 @@ def counter_example(
         task = rng.choice(list(tasks))
         opening = [task["opening"][0], {"role": "user", "content": task["task"]["prompt"]}]
         prompt = renderer.render_prompt(opening, task["tools"]).ids
-        k = rng.choice(list(amounts))
+        right = right_share > 0 and rng.random() < right_share  # no draw at 0: examples as before
+        k = task["amount"] if right else rng.choice(list(amounts))
         first = [*renderer.encode(render_tool_call("add", {"amount": k})), eos]
         reply = renderer.render_delta([{"role": "tool", "content": str(task["start"] + k)}]).ids
         second = [*renderer.encode(render_tool_call("submit", {})), eos]
