@@ -51,7 +51,7 @@ def grpo_args(
         max_completion_length=max_completion,
         learning_rate=lr,
         max_steps=steps,
-        logging_steps=1,
+        logging_steps=max(1, steps // 20),  # TRL prints a line per log: about 20 a run, under the bar
         temperature=1.0,
         beta=0.0,
         seed=seed,
