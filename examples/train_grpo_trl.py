@@ -6,11 +6,12 @@ Two configurations:
   process (`use_vllm=False`), on `--device` (auto: the GPU when there is one, else the CPU) in `--dtype`
   (auto: bf16 on a GPU, fp32 on the CPU; see `gym_trainer.devices`); rollouts sample from
   the trainer's own weights, so they are always on-policy. On one GPU this is the no-vLLM path.
-  `--model tiny` (the default) runs the recipe of `gym-server demo --model tiny`: the 0.1 M-parameter
-  test model is first warmed up to write counter tool calls (a few seconds of supervised steps), then
-  GRPO trains it at lr 1e-3 on counter tasks whose target is the start value + 3; the printed mean
-  reward per step rises within about 30 steps. (A cold tiny model never writes a tool call, so its
-  reward would never move.) `--model smollm2 --lora` trains SmolLM2-135M on `--env`.
+  `--model tiny` (the default) runs the recipe of the CPU training test: the 0.1 M-parameter test model
+  is first warmed up to write counter tool calls (a few seconds of supervised steps), then GRPO trains it
+  at lr 1e-3 on counter tasks whose target is the start value + 3 (one right call, `add(3)`); the
+  printed mean reward per step rises within about 30 steps. (A cold tiny model never writes a tool call,
+  so its reward would never move; `gym-server demo --model tiny` trains a harder variant, where the
+  prompt names the amount: docs/trl.md.) `--model smollm2 --lora` trains SmolLM2-135M on `--env`.
 - `--config gpu`: vLLM serves the policy (server mode) and TRL pushes the weights into it before each
   generation over vLLM's NCCL weight-transfer engine; rollouts sample through vLLM's token-in
   `/v1/completions`. LoRA via PEFT (TRL merges the adapter before each weight push, so vLLM needs no LoRA
