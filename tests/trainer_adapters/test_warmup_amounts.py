@@ -60,7 +60,9 @@ def test_the_vocabulary_makes_the_prompt_a_few_dozen_tokens_and_renders_it_exact
     plain, own = build_tiny_tokenizer(), build_tiny_tokenizer(counter_vocabulary(entry))
     long, short = (ChatRenderer(t).render_prompt(opening, entry["tools"]).ids for t in (plain, own))
     assert len(long) > 800 and len(short) < 32
-    text = plain.apply_chat_template(opening, tools=entry["tools"], tokenize=False, add_generation_prompt=True)
+    text = plain.apply_chat_template(
+        opening, tools=entry["tools"], tokenize=False, add_generation_prompt=True
+    )
     assert own.decode(short) == plain.decode(long) == text
     # The amount is its own token, the one the call's argument is written with, near the prompt's end.
     digit = own.encode(str(entry["amount"]), add_special_tokens=False)
