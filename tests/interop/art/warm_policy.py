@@ -1,12 +1,12 @@
 """Run by the project's python (it needs the gym's `trl` extra): warm the tiny model up on counter tool
-calls against a running gym (the recipe of `gym-server demo --model tiny`), save it where
+calls against a running gym (`tiny_counter_recipe`, the CPU training test's), save it where
 `gym-server policy serve --model DIR` loads it, and write its tasks as JSON.
 
     python warm_policy.py GYM_URL DIR [STEPS [ENV ...]]    # DIR/config.json ..., DIR/tasks.json
 
-STEPS: supervised warm-up steps (default 100, the demo's recipe, after which many of the calls sampled
+STEPS: supervised warm-up steps (default 100, the recipe's, after which many of the calls sampled
 at temperature 1 are malformed; the agent peers ask for 300, after which nearly all are well-formed).
-ENV: other environments whose first task the model then learns to answer with a `submit` call
+ENV: other environments whose first `SUBMIT_TASKS` tasks the model then learns to answer with `submit`
 (`SUBMIT_STEPS` more steps, three quarters of their examples counter's episodes, so that counter's
 first call stays `add`: with half, a warm-up on a new machine made counter's first call a malformed
 `submit` in every episode), so that an agent playing them calls one of their tools: a counter-only
@@ -28,7 +28,8 @@ from gym_trainer.client import SyncGymClient
 from gym_trainer.toolcalls import render_tool_call
 from gym_trainer.warmup import counter_example, tiny_counter_recipe, warm_up
 
-SUBMIT_STEPS = 60
+SUBMIT_STEPS = 150
+SUBMIT_TASKS = 4
 
 
 def main(gym_url: str, folder: Path, steps: int = 100, submit_envs: tuple[str, ...] = ()) -> None:
@@ -37,7 +38,9 @@ def main(gym_url: str, folder: Path, steps: int = 100, submit_envs: tuple[str, .
     if submit_envs:
         renderer = ChatRenderer(tokenizer)
         call = [*renderer.encode(render_tool_call("submit", {})), int(tokenizer.eos_token_id)]
-        prompts = [renderer.render_prompt(*_opening(gym_url, env)).ids for env in submit_envs]
+        prompts = [
+            renderer.render_prompt(*opening).ids for env in submit_envs for opening in _openings(gym_url, env)
+        ]
         counter = counter_example(tokenizer, train)
 
         def example(rng: random.Random) -> tuple[list[int], list[int]]:
@@ -53,11 +56,18 @@ def main(gym_url: str, folder: Path, steps: int = 100, submit_envs: tuple[str, .
     (folder / "tasks.json").write_text(json.dumps(tasks))
 
 
-def _opening(gym_url: str, env: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _openings(gym_url: str, env: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """The opening messages and tools of `env`'s first `SUBMIT_TASKS` tasks (seed 0), the ones the agent
+    peers play among them. Tasks differ in their system prompt's details and request: a model that learned
+    `submit` on one task wrote counter's `add` on another (workplace-00072 against workplace-00000, a
+    build on an AVX-512 machine, 2026-12-07), so it learns several."""
+    openings = []
     with SyncGymClient(gym_url) as gym:
-        session = gym.create_session(env, seed=0, run="warmup-probe")
-        gym.close(session.session_id)
-    return session.messages, session.tools
+        for task in gym.all_tasks(env)[:SUBMIT_TASKS]:
+            session = gym.create_session(env, task_id=task["id"], seed=0, run="warmup-probe")
+            gym.close(session.session_id)
+            openings.append((session.messages, session.tools))
+    return openings
 
 
 if __name__ == "__main__":
