@@ -10,9 +10,10 @@ import asyncio
 import ctypes
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["mount_tmpfs", "orphan_reaper", "start_time", "unmount_below"]
+__all__ = ["mount_tmpfs", "orphan_reaper", "process_statuses", "start_time", "unmount_below"]
 
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 _PR_SET_CHILD_SUBREAPER = 36
@@ -79,19 +80,12 @@ class _OrphanReaper:
         if not self.enabled:
             return
         me = str(os.getpid())
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                status = Path(f"/proc/{entry}/status").read_text()
-            except OSError:
-                continue
-            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        for pid, fields in process_statuses():
             nspids = fields.get("NSpid", "").split()
             if fields.get("PPid", "").strip() != me or len(nspids) < 2 or nspids[-1] != "1":
                 continue
             if uid is None or fields.get("Uid", "").split()[:1] == [str(uid)]:
-                self.add(int(entry))
+                self.add(pid)
 
     def _watch(self, pid: int, loop: asyncio.AbstractEventLoop) -> None:
         try:
@@ -142,6 +136,19 @@ def orphan_reaper() -> _OrphanReaper:
     if _orphans is None:
         _orphans = _OrphanReaper()
     return _orphans
+
+
+def process_statuses() -> Iterator[tuple[int, dict[str, str]]]:
+    """Each host process's pid and the fields of its /proc/PID/status (`Uid`, `PPid`, `NSpid`, ...);
+    a process gone between the listing and the read is skipped."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        yield int(entry), dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
 
 
 def start_time(pid: int) -> str | None:

@@ -10,7 +10,6 @@ pytest-xdist workers can run side by side.
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from echoserver import EchoServer
 
 from gym_server.core.errors import SandboxUnavailable
+from gym_server.sandbox._host import process_statuses
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.docker import DockerBackend
 from gym_server.sandbox.protocol import Limits, Sandbox, SandboxBackend
@@ -32,17 +32,10 @@ def sandbox_uid_processes() -> list[tuple[int, int, str]]:
 
     low, high = LocalBackendBase.UID_BASE, LocalBackendBase.UID_BASE + LocalBackendBase.UID_SPAN
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry}/status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    for pid, fields in process_statuses():
         uid = int(fields.get("Uid", "0").split()[0])
         if low <= uid < high:
-            found.append((int(entry), uid, fields.get("State", "").strip()))
+            found.append((pid, uid, fields.get("State", "").strip()))
     return found
 
 
