@@ -7,13 +7,14 @@ These touch the host itself (mount tables, the process tree) rather than one san
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["mount_tmpfs", "orphan_reaper", "process_statuses", "start_time", "unmount_below"]
+__all__ = ["mount_tmpfs", "orphan_reaper", "own_children", "process_statuses", "start_time", "unmount_below"]
 
 _MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
 _PR_SET_CHILD_SUBREAPER = 36
@@ -75,12 +76,12 @@ class _OrphanReaper:
         between (a sandbox closed, or a run cancelled, the moment it started) leaves an init no one
         collects. Such an init is found by what it is: a child of ours that is pid 1 of a pid namespace
         of its own (this server starts no such process directly), running as `uid` where the sandbox
-        has a uid of its own. Called when a bwrap ended without reporting; the scan of /proc is short.
+        has a uid of its own. Only our own children are read (not all of /proc): a few files, on the loop.
         """
         if not self.enabled:
             return
         me = str(os.getpid())
-        for pid, fields in process_statuses():
+        for pid, fields in process_statuses(own_children()):
             nspids = fields.get("NSpid", "").split()
             if fields.get("PPid", "").strip() != me or len(nspids) < 2 or nspids[-1] != "1":
                 continue
@@ -138,17 +139,24 @@ def orphan_reaper() -> _OrphanReaper:
     return _orphans
 
 
-def process_statuses() -> Iterator[tuple[int, dict[str, str]]]:
-    """Each host process's pid and the fields of its /proc/PID/status (`Uid`, `PPid`, `NSpid`, ...);
-    a process gone between the listing and the read is skipped."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def process_statuses(pids: Iterable[int] | None = None) -> Iterator[tuple[int, dict[str, str]]]:
+    """Each host process's pid (or each of `pids`) and the fields of its /proc/PID/status (`Uid`, `PPid`,
+    `NSpid`, ...); a process gone between the listing and the read is skipped."""
+    for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()) if pids is None else pids:
         try:
-            status = Path(f"/proc/{entry}/status").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        yield int(entry), dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        yield pid, dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+
+
+def own_children() -> list[int]:
+    """This process's children, any thread's (an orphan goes to one thread of its subreaper)."""
+    found: list[int] = []
+    for listing in Path("/proc/self/task").glob("*/children"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            found += [int(pid) for pid in listing.read_text().split()]
+    return found
 
 
 def start_time(pid: int) -> str | None:

@@ -14,7 +14,7 @@ import pytest
 from gymtest import apoll
 
 from gym_server.core.errors import SandboxUnavailable
-from gym_server.sandbox._host import orphan_reaper
+from gym_server.sandbox._host import orphan_reaper, own_children, process_statuses
 from gym_server.sandbox.bubblewrap import BubblewrapBackend
 from gym_server.sandbox.protocol import Limits
 from gym_server.sandbox.unsafe import UnsafeBackend
@@ -122,15 +122,8 @@ async def test_unsafe_backend_warns_loudly_and_still_limits(caplog: pytest.LogCa
 
 
 def _children_of_ours() -> dict[int, str]:
-    """Our child processes (any thread's), pid -> state letter (Z: a zombie)."""
-    found = {}
-    for listing in Path("/proc/self/task").glob("*/children"):
-        for child in listing.read_text().split():
-            try:
-                found[int(child)] = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
-            except OSError:
-                continue
-    return found
+    """Our child processes, pid -> state letter (Z: a zombie)."""
+    return {pid: fields.get("State", "?").split()[0] for pid, fields in process_statuses(own_children())}
 
 
 async def test_an_init_whose_pid_was_never_reported_is_collected() -> None:
