@@ -110,9 +110,9 @@ AMOUNTS = (1, 2, 3, 4)
 # Its warm-up (hidden size 128: heads of 32, which vLLM serves too): 300 supervised steps at lr 1e-3 on the
 # calls, with the task's own amount in a quarter of the examples and a random one otherwise. It writes the
 # calls and does not yet read the amount (held-out success 0.25, chance); GRPO then learns to read it
-# (0.25 -> 0.94 in 300 steps, 2026-12-07). From a warm-up that never shows the right amount (share 0),
+# (0.25 -> 0.92 in 300 steps, 2026-12-07). From a warm-up that never shows the right amount (share 0),
 # GRPO stayed at chance for 200 steps (lr 3e-4, 16 episodes a step; 75 steps of 64 at lr 5e-4 or 1e-3);
-# with the share at 1 the warm-up alone solves it (0.94). docs/trl.md, "What the tiny demo shows".
+# with the share at 1 the warm-up alone solves it (0.94). docs/trl.md, "`--model tiny`".
 WARM_UP_RIGHT_SHARE = 0.25
 WARM_UP_STEPS = 300
 WARM_UP_LR = 1e-3
@@ -329,8 +329,8 @@ def demo(
         out = output if output != Path("var/demo") else Path("var/demo-agent")
         run_agent_demo(model, plan, out, placement, seed, gym)
         return
-    # Tiny: 300 steps of 32 episodes took held-out success from 0.25 to 0.94 (the reward passes 0.5 near
-    # step 130 and 0.9 near 250; docs/trl.md).
+    # Tiny: 300 steps of 32 episodes took held-out success from 0.25 to 0.92 (the reward passes 0.5 near
+    # step 100 and 0.9 near 220; docs/trl.md).
     steps = steps or (300 if tiny else 30)
     generations = generations or 8
     prompts_per_step = prompts_per_step or (4 if tiny else 2)

@@ -4,7 +4,9 @@ A randomly initialised model never writes a parseable tool call, so reinforcemen
 no signal. The CPU training test, the rollout benchmark and the tiny demo therefore start from a few
 dozen supervised steps on `add(k)` then `submit` with k drawn from a small set; GRPO must then find the
 k the gym rewards. The tasks are inline counter tasks whose target is the seeded start value plus an
-offset (start values are read through the gym, not recomputed, so the environment stays a black box).
+offset: one for all (`counter_offset_tasks`, the training test's), or the amount each prompt names
+(`counter_amount_tasks`, the demo's, with `counter_vocabulary` for a tokenizer in which the tiny model can
+read it). Start values are read through the gym, not recomputed, so the environment stays a black box.
 """
 
 from __future__ import annotations
@@ -129,8 +131,8 @@ def _probed_task(
 def counter_vocabulary(task: dict[str, Any]) -> list[str]:
     """The texts every prompt of `task`'s kind shares, for `models.build_tiny_tokenizer(vocabulary=...)`:
     the system prompt, the chat template's text around the tool schemas, each schema as the template
-    writes it, and `AMOUNT_PROMPT`. Spelled in bytes they are ~830 of a prompt's ~850 tokens; as one token
-    each the prompt is ~30, where the tiny model can learn to find the amount."""
+    writes it, and `AMOUNT_PROMPT`. Spelled in bytes they are ~830 of a prompt's 854 tokens; as one token
+    each the prompt is 24, where the tiny model can learn to find the amount."""
     from gym_trainer.models import build_tiny_tokenizer
 
     opening = [task["opening"][0], {"role": "user", "content": "-"}]
